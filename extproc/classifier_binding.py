@@ -1,0 +1,61 @@
+"""Turns the router config's classifier and learned-signal settings into a classifier engine.
+
+Slow (models load and warm up), so it runs once at start-up, off the event loop. Importing
+torch is deferred to here so config validation and rendering stay fast.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING
+
+from classifiers.api import BatchingSettings, ClassifierSettings, LearnedSignalSpec
+from extproc.config import RouterConfig
+from extproc.context import needed_signals
+from extproc.signals.specs import LearnedSpec
+
+if TYPE_CHECKING:
+    from classifiers.engine import SignalEngine
+
+
+def classifier_settings(config: RouterConfig) -> ClassifierSettings:
+    source = config.classifiers
+    return ClassifierSettings(
+        device=source.device,
+        encoder=source.encoder,
+        max_length=source.max_length,
+        max_windows=source.max_windows,
+        quantize_int8=source.quantize_int8,
+        batching=BatchingSettings(**source.batching.model_dump()),
+    )
+
+
+def learned_specs(config: RouterConfig) -> list[LearnedSignalSpec]:
+    """Only the learned signals some decision references; the rest are never loaded."""
+    needed = needed_signals(config)
+    return [
+        LearnedSignalSpec(
+            name=s.name,
+            kind=s.kind,  # type: ignore[arg-type]
+            model=s.model,
+            threshold=s.threshold,
+            examples=s.examples,
+            device=s.device,
+        )
+        for s in config.signals
+        if isinstance(s, LearnedSpec) and s.name in needed
+    ]
+
+
+async def build_engine(config: RouterConfig, logger: logging.Logger) -> SignalEngine | None:
+    specs = learned_specs(config)
+    if not specs:
+        return None
+    from classifiers.engine import SignalEngine
+
+    engine = await asyncio.to_thread(
+        SignalEngine.build, classifier_settings(config), specs, logger=logger
+    )
+    await engine.start()
+    return engine

@@ -1,0 +1,131 @@
+"""``semantic-router``: serve, config validate, envoy render, demo, train."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+from pathlib import Path
+
+from extproc.config import ConfigError, RouterConfig, load_config
+
+_BUNDLED = Path(__file__).parent / "_bundled" / "config" / "default.yaml"
+_SOURCE_TREE = Path(__file__).parent.parent / "config" / "default.yaml"
+
+
+def default_config_path() -> Path:
+    """The embedded defaults: the source tree's file, else the copy inside the wheel."""
+    return _SOURCE_TREE if _SOURCE_TREE.exists() else _BUNDLED
+
+
+def _load(path: str | None) -> RouterConfig:
+    return load_config(path or default_config_path())
+
+
+def _add_config(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", "-c", help="router config YAML (default: embedded defaults)")
+
+
+def _cmd_validate(args: argparse.Namespace) -> int:
+    config = _load(args.config)
+    print(f"ok: {args.config or default_config_path()}: {config.summary()}")
+    return 0
+
+
+def _cmd_render(args: argparse.Namespace) -> int:
+    from extproc.envoy_render import bootstrap, fragment, to_yaml
+
+    config = _load(args.config)
+    document = fragment(config) if args.fragment else bootstrap(config, args.grpc_address)
+    sys.stdout.write(to_yaml(document))
+    return 0
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from extproc.logs import configure_logging
+    from extproc.server import serve
+
+    configure_logging(args.log_format, args.log_level)
+    config = _load(args.config)
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await serve(config, with_envoy=args.with_envoy, stop=stop)
+
+    asyncio.run(main())
+    return 0
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from extproc.demo import run_demo
+
+    return asyncio.run(run_demo(_load(args.config), verbose=args.verbose))
+
+
+def _cmd_train(args: argparse.Namespace) -> int:
+    from classifiers.training import run
+
+    return run(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="semantic-router", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    serve = commands.add_parser("serve", help="run the ext_proc router")
+    _add_config(serve)
+    serve.add_argument("--with-envoy", action="store_true",
+                       help="also run the bundled Envoy with the rendered config")
+    serve.add_argument("--log-format", choices=["json", "text"], default="json")
+    serve.add_argument("--log-level", default="info")
+    serve.set_defaults(func=_cmd_serve)
+
+    config = commands.add_parser("config", help="config tools")
+    config_commands = config.add_subparsers(dest="config_command", required=True)
+    validate = config_commands.add_parser("validate", help="check a config file")
+    _add_config(validate)
+    validate.set_defaults(func=_cmd_validate)
+
+    envoy = commands.add_parser("envoy", help="Envoy tools")
+    envoy_commands = envoy.add_subparsers(dest="envoy_command", required=True)
+    render = envoy_commands.add_parser("render", help="print Envoy v3 config")
+    _add_config(render)
+    render.add_argument("--fragment", action="store_true",
+                        help="only the filters, clusters and route an existing Envoy needs")
+    render.add_argument("--grpc-address", help="where Envoy reaches the router (host:port)")
+    render.set_defaults(func=_cmd_render)
+
+    demo = commands.add_parser("demo", help="simulated backends + router + Envoy + samples")
+    _add_config(demo)
+    demo.add_argument("--verbose", action="store_true", help="show router and Envoy logs")
+    demo.set_defaults(func=_cmd_demo)
+
+    train = commands.add_parser("train", help="train a classifier head from labelled JSONL")
+    try:
+        from classifiers.training import add_arguments
+    except ImportError:
+        pass
+    else:
+        add_arguments(train)
+    train.set_defaults(func=_cmd_train)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        result: int = args.func(args)
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    return result
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,263 @@
+"""Load a YAML config: parse, validate, cross-check, compile into a frozen ``RouterConfig``.
+
+Every problem in a file is collected and reported at once, each naming its YAML path
+(``decisions[1].model: unknown model 'x'``), so an operator fixes a file in one pass.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from extproc.config.runtime import (
+    Endpoint,
+    ModelTarget,
+    RouterConfig,
+    cluster_name_for,
+    frozen_map,
+    split_host_port,
+)
+from extproc.config.schema import (
+    ContextLengthSignal,
+    KeywordSignal,
+    LearnedSignal,
+    RouterFile,
+    RuleNode,
+)
+from extproc.decision import (
+    AllRule,
+    AnyRule,
+    CompiledDecision,
+    NotRule,
+    Rule,
+    SignalRule,
+    order_decisions,
+)
+from extproc.names import ProviderModelId, PublicModelName
+from extproc.signals.specs import (
+    ContextLengthSpec,
+    KeywordSpec,
+    LearnedSpec,
+    SignalSpec,
+    compile_keywords,
+)
+
+_SIGNAL_TAGS = frozenset(
+    {"keyword", "context_length", "domain", "jailbreak", "embedding", "sequence", "token"}
+)
+
+
+class ConfigError(ValueError):
+    """A config that cannot be used; ``errors`` lists every problem with its YAML path."""
+
+    def __init__(self, errors: Sequence[str], source: str = "") -> None:
+        self.errors = tuple(errors)
+        self.source = source
+        where = f"{source}: " if source else ""
+        super().__init__(f"{where}{len(self.errors)} error(s):\n  " + "\n  ".join(self.errors))
+
+
+def yaml_path(loc: Iterable[int | str]) -> str:
+    """``('decisions', 1, 'model')`` -> ``decisions[1].model``; union tags are dropped."""
+    out = ""
+    previous_was_index = False
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+            previous_was_index = True
+            continue
+        if previous_was_index and part in _SIGNAL_TAGS:
+            previous_was_index = False
+            continue
+        out += f".{part}" if out else part
+        previous_was_index = False
+    return out or "(top level)"
+
+
+def load_config(path: str | Path) -> RouterConfig:
+    source = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise ConfigError([f"cannot read config: {err}"], source) from err
+    return load_config_text(text, source)
+
+
+def load_config_text(text: str, source: str = "") -> RouterConfig:
+    try:
+        data: Any = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise ConfigError([f"invalid YAML: {err}"], source) from err
+    if not isinstance(data, dict):
+        raise ConfigError(["(top level): expected a mapping"], source)
+    try:
+        parsed = RouterFile.model_validate(data)
+    except ValidationError as err:
+        errors = [f"{yaml_path(e['loc'])}: {e['msg']}" for e in err.errors()]
+        raise ConfigError(errors, source) from err
+    errors: list[str] = []
+    config = _compile(parsed, errors)
+    if errors or config is None:
+        raise ConfigError(errors, source)
+    return config
+
+
+def _compile(parsed: RouterFile, errors: list[str]) -> RouterConfig | None:
+    models = _models(parsed, errors)
+    signals = _signals(parsed, errors)
+    decisions = _decisions(parsed, models, {s.name for s in signals}, errors)
+    default = models.get(parsed.providers.defaults.model)
+    if default is None:
+        errors.append(
+            f"providers.defaults.model: unknown model '{parsed.providers.defaults.model}'"
+        )
+    auto_names = frozenset(parsed.router.auto_model_names)
+    for i, name in enumerate(parsed.router.auto_model_names):
+        if name in models:
+            errors.append(f"router.auto_model_names[{i}]: '{name}' is also a model name")
+    if errors or default is None:
+        return None
+    by_provider: dict[str, ModelTarget] = {}
+    duplicated: set[str] = set()
+    for target in models.values():
+        if target.provider_model_id in by_provider:
+            duplicated.add(target.provider_model_id)
+        by_provider[target.provider_model_id] = target
+    for provider_id in duplicated:
+        del by_provider[provider_id]
+    return RouterConfig(
+        source=parsed,
+        listener=parsed.listener,
+        router=parsed.router,
+        classifiers=parsed.classifiers,
+        models=frozen_map(models),
+        by_provider_id=frozen_map(by_provider),
+        default_model=default,
+        auto_names=auto_names,
+        signals=tuple(signals),
+        decisions=decisions,
+        public_model_names=(*parsed.router.auto_model_names, *models),
+    )
+
+
+def _models(parsed: RouterFile, errors: list[str]) -> dict[str, ModelTarget]:
+    models: dict[str, ModelTarget] = {}
+    clusters: dict[str, str] = {}
+    for i, model in enumerate(parsed.providers.models):
+        path = f"providers.models[{i}]"
+        if model.name in models:
+            errors.append(f"{path}.name: duplicate model name '{model.name}'")
+            continue
+        cluster = cluster_name_for(model.name)
+        if cluster in clusters:
+            errors.append(
+                f"{path}.name: '{model.name}' and '{clusters[cluster]}' map to the same "
+                f"Envoy cluster name '{cluster}'"
+            )
+            continue
+        clusters[cluster] = model.name
+        names = [ref.name for ref in model.backend_refs]
+        for j, ref_name in enumerate(names):
+            if ref_name in names[:j]:
+                errors.append(f"{path}.backend_refs[{j}].name: duplicate '{ref_name}'")
+        endpoints = []
+        for ref in model.backend_refs:
+            host, port = split_host_port(ref.endpoint)
+            endpoints.append(Endpoint(ref.name, host, port, ref.protocol, ref.weight))
+        models[model.name] = ModelTarget(
+            PublicModelName(model.name),
+            ProviderModelId(model.provider_model_id),
+            cluster,
+            tuple(endpoints),
+        )
+    return models
+
+
+def _signals(parsed: RouterFile, errors: list[str]) -> list[SignalSpec]:
+    specs: list[SignalSpec] = []
+    seen: set[str] = set()
+    for i, signal in enumerate(parsed.signals):
+        path = f"signals[{i}]"
+        if signal.name in seen:
+            errors.append(f"{path}.name: duplicate signal name '{signal.name}'")
+            continue
+        seen.add(signal.name)
+        if isinstance(signal, KeywordSignal):
+            try:
+                patterns = compile_keywords(
+                    signal.keywords,
+                    regex=signal.regex,
+                    case_sensitive=signal.case_sensitive,
+                    word_boundary=signal.word_boundary,
+                    match_all=signal.match == "all",
+                )
+            except re.error as err:
+                errors.append(f"{path}.keywords: invalid regular expression: {err}")
+                continue
+            specs.append(KeywordSpec(signal.name, signal.on_error, patterns, signal.match == "all"))
+        elif isinstance(signal, ContextLengthSignal):
+            specs.append(
+                ContextLengthSpec(
+                    signal.name, signal.on_error, signal.min_tokens, signal.max_tokens
+                )
+            )
+        elif isinstance(signal, LearnedSignal):
+            examples = {label: tuple(texts) for label, texts in signal.examples.items()}
+            specs.append(
+                LearnedSpec(
+                    signal.name,
+                    signal.on_error,
+                    signal.type,
+                    signal.model,
+                    signal.threshold,
+                    signal.device,
+                    examples,
+                )
+            )
+    return specs
+
+
+def _decisions(
+    parsed: RouterFile,
+    models: dict[str, ModelTarget],
+    signal_names: set[str],
+    errors: list[str],
+) -> tuple[CompiledDecision, ...]:
+    compiled = []
+    seen: set[str] = set()
+    for i, decision in enumerate(parsed.decisions):
+        path = f"decisions[{i}]"
+        if decision.name in seen:
+            errors.append(f"{path}.name: duplicate decision name '{decision.name}'")
+        seen.add(decision.name)
+        if decision.model not in models:
+            errors.append(f"{path}.model: unknown model '{decision.model}'")
+        rule = _rule(decision.rules, f"{path}.rules", signal_names, errors)
+        compiled.append(CompiledDecision(decision.name, decision.priority, rule, decision.model))
+    return order_decisions(compiled)
+
+
+def _rule(node: RuleNode, path: str, signal_names: set[str], errors: list[str]) -> Rule:
+    if node.signal is not None:
+        if node.signal not in signal_names:
+            errors.append(f"{path}.signal: unknown signal '{node.signal}'")
+        return SignalRule(node.signal, node.label, node.min_score)
+    if node.all is not None:
+        return AllRule(
+            tuple(
+                _rule(c, f"{path}.all[{i}]", signal_names, errors) for i, c in enumerate(node.all)
+            )
+        )
+    if node.any is not None:
+        return AnyRule(
+            tuple(
+                _rule(c, f"{path}.any[{i}]", signal_names, errors) for i, c in enumerate(node.any)
+            )
+        )
+    assert node.not_ is not None  # guaranteed by RuleNode's validator
+    return NotRule(_rule(node.not_, f"{path}.not", signal_names, errors))

@@ -1,0 +1,188 @@
+"""The YAML schema, as pydantic v2 models.
+
+Every model forbids unknown keys so a typo is an error naming its YAML path, not a silently
+ignored setting. Cross-references (a decision naming a model or signal) are checked in
+``loader.py`` after parsing, so all errors of a file are reported together.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._/:-]{0,127}$"
+HOST_PORT_PATTERN = r"^[A-Za-z0-9.\-\[\]:]+:[0-9]{1,5}$"
+
+Name = Annotated[str, Field(pattern=NAME_PATTERN)]
+HostPort = Annotated[str, Field(pattern=HOST_PORT_PATTERN)]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class BackendRef(Strict):
+    """One endpoint serving a model (the vLLM Semantic Router provider fragment's shape)."""
+
+    name: Name
+    endpoint: HostPort
+    protocol: Literal["http", "https"] = "http"
+    provider: str = "vllm"
+    weight: int = Field(default=1, ge=1, le=128)
+
+
+class ProviderModel(Strict):
+    name: Name
+    provider_model_id: Annotated[str, Field(min_length=1, max_length=256)]
+    api_format: Literal["openai"] = "openai"
+    backend_refs: list[BackendRef] = Field(min_length=1)
+
+    @field_validator("provider_model_id")
+    @classmethod
+    def _printable(cls, value: str) -> str:
+        if not value.isprintable() or any(c.isspace() for c in value):
+            raise ValueError("must be printable with no whitespace")
+        return value
+
+
+class ProviderDefaults(Strict):
+    model: Name
+
+
+class Providers(Strict):
+    defaults: ProviderDefaults
+    models: list[ProviderModel] = Field(min_length=1)
+
+
+class ListenerSettings(Strict):
+    address: HostPort = "127.0.0.1:8899"
+    admin: HostPort = "127.0.0.1:9901"
+    max_request_bytes: int = Field(default=8 * 1024 * 1024, ge=1024, le=256 * 1024 * 1024)
+
+
+class RouterSettings(Strict):
+    grpc: HostPort = "127.0.0.1:50051"
+    admin: HostPort = "127.0.0.1:8080"
+    auto_model_names: list[Name] = Field(default_factory=lambda: ["auto"], min_length=1)
+    failure_mode: Literal["closed", "open"] = "closed"
+    unknown_paths: Literal["passthrough", "reject"] = "passthrough"
+    text_source: Literal["last_user", "all_user", "conversation"] = "last_user"
+    on_overload: Literal["default", "reject"] = "default"
+    message_timeout_ms: int = Field(default=2000, ge=50, le=60_000)
+
+
+class BatchingConfig(Strict):
+    max_batch_size: int = Field(default=32, ge=1, le=1024)
+    max_wait_ms: float = Field(default=2.0, ge=0, le=1000)
+    max_queue: int = Field(default=512, ge=1, le=100_000)
+    timeout_ms: float = Field(default=2000.0, gt=0, le=60_000)
+
+
+class ClassifiersConfig(Strict):
+    device: str = Field(default="auto", pattern=r"^(auto|cpu|cuda|cuda:[0-9]+)$")
+    encoder: str | None = None
+    max_length: int = Field(default=256, ge=16, le=8192)
+    max_windows: int = Field(default=8, ge=1, le=64)
+    quantize_int8: bool = False
+    batching: BatchingConfig = BatchingConfig()
+
+
+OnError = Literal["ignore", "match", "reject"]
+
+
+class SignalBase(Strict):
+    name: Name
+    on_error: OnError = "ignore"
+
+
+class KeywordSignal(SignalBase):
+    type: Literal["keyword"]
+    keywords: list[Annotated[str, Field(min_length=1, max_length=512)]] = Field(min_length=1)
+    regex: bool = False
+    case_sensitive: bool = False
+    word_boundary: bool = True
+    match: Literal["any", "all"] = "any"
+
+
+class ContextLengthSignal(SignalBase):
+    type: Literal["context_length"]
+    min_tokens: int | None = Field(default=None, ge=0)
+    max_tokens: int | None = Field(default=None, ge=0)
+
+    @model_validator(mode="after")
+    def _bounds(self) -> ContextLengthSignal:
+        if self.min_tokens is None and self.max_tokens is None:
+            raise ValueError("set min_tokens, max_tokens or both")
+        if self.min_tokens is not None and self.max_tokens is not None:
+            if self.min_tokens > self.max_tokens:
+                raise ValueError("min_tokens is greater than max_tokens")
+        return self
+
+
+class LearnedSignal(SignalBase):
+    """A signal computed by a classifier: domain and jailbreak heads, embedding similarity,
+    or a sequence/token classification model."""
+
+    type: Literal["domain", "jailbreak", "embedding", "sequence", "token"]
+    model: str | None = None
+    threshold: float = Field(default=0.5, ge=0.0, le=1.0)
+    examples: dict[Name, list[str]] = Field(default_factory=dict)
+    device: str | None = Field(default=None, pattern=r"^(auto|cpu|cuda|cuda:[0-9]+)$")
+
+    @model_validator(mode="after")
+    def _examples_only_for_embedding(self) -> LearnedSignal:
+        if self.type == "embedding" and not self.examples:
+            raise ValueError("an embedding signal needs examples: {label: [utterances]}")
+        if self.type != "embedding" and self.examples:
+            raise ValueError("examples are only for embedding signals")
+        return self
+
+
+Signal = Annotated[KeywordSignal | ContextLengthSignal | LearnedSignal, Field(discriminator="type")]
+
+
+class RuleNode(Strict):
+    """Exactly one of: a signal leaf (``signal`` with optional ``label``/``min_score``),
+    ``all``, ``any`` or ``not``."""
+
+    signal: Name | None = None
+    label: str | None = None
+    min_score: float | None = Field(default=None, ge=0.0, le=1.0)
+    all: list[RuleNode] | None = None
+    any: list[RuleNode] | None = None
+    not_: RuleNode | None = Field(default=None, alias="not")
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> RuleNode:
+        kinds = [k for k in ("signal", "all", "any", "not_") if getattr(self, k) is not None]
+        if len(kinds) != 1:
+            raise ValueError("a rule has exactly one of: signal, all, any, not")
+        if self.signal is None and (self.label is not None or self.min_score is not None):
+            raise ValueError("label and min_score belong to a signal rule")
+        for key in ("all", "any"):
+            children = getattr(self, key)
+            if children is not None and not children:
+                raise ValueError(f"'{key}' needs at least one rule")
+        return self
+
+
+class Decision(Strict):
+    name: Name
+    priority: int = 0
+    rules: RuleNode
+    model: Name
+
+
+class RouterFile(Strict):
+    """The whole YAML file."""
+
+    version: Literal[1] = 1
+    listener: ListenerSettings = ListenerSettings()
+    router: RouterSettings = RouterSettings()
+    classifiers: ClassifiersConfig = ClassifiersConfig()
+    providers: Providers
+    signals: list[Signal] = Field(default_factory=list)
+    decisions: list[Decision] = Field(default_factory=list)

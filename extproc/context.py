@@ -1,0 +1,71 @@
+"""Router state shared by every stream: the config snapshot and what was built from it.
+
+Built once at start-up (and again on a reload); streams take the current one when they open
+and keep it, so a reload never changes a request half-way.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from extproc.config import RouterConfig
+from extproc.decision import Outcome, SignalResult, decide, signals_of
+from extproc.metrics import RouterMetrics
+from extproc.names import CHAT_COMPLETIONS_PATH, COMPLETIONS_PATH
+from extproc.openai_request import Endpoint, TextSource
+from extproc.signals.evaluator import LearnedEngine, SignalEvaluator
+
+ENDPOINTS: Mapping[str, Endpoint] = MappingProxyType(
+    {
+        CHAT_COMPLETIONS_PATH: Endpoint.CHAT,
+        COMPLETIONS_PATH: Endpoint.COMPLETIONS,
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class RouterState:
+    config: RouterConfig
+    evaluator: SignalEvaluator
+    metrics: RouterMetrics
+    text_source: TextSource
+    endpoints: Mapping[str, Endpoint]
+    models_body: bytes
+    model_bodies: Mapping[str, bytes]
+
+    def decide(self, results: Mapping[str, SignalResult]) -> Outcome:
+        return decide(self.config.decisions, results, self.config.default_model.name)
+
+
+def needed_signals(config: RouterConfig) -> frozenset[str]:
+    """Only signals some decision references are computed."""
+    return frozenset().union(*(signals_of(d.rule) for d in config.decisions))
+
+
+def build_state(
+    config: RouterConfig, metrics: RouterMetrics, engine: LearnedEngine | None
+) -> RouterState:
+    evaluator = SignalEvaluator(
+        config.signals, needed_signals(config), engine, on_signal_error=metrics.signal_error
+    )
+    created = int(time.time())
+    objects = {
+        name: {"id": name, "object": "model", "created": created, "owned_by": "semantic-router"}
+        for name in config.public_model_names
+    }
+    models_body = json.dumps({"object": "list", "data": list(objects.values())}).encode()
+    return RouterState(
+        config=config,
+        evaluator=evaluator,
+        metrics=metrics,
+        text_source=TextSource(config.router.text_source),
+        endpoints=ENDPOINTS,
+        models_body=models_body,
+        model_bodies=MappingProxyType(
+            {name: json.dumps(obj).encode() for name, obj in objects.items()}
+        ),
+    )

@@ -1,0 +1,274 @@
+"""Render Envoy v3 config from a router config: a whole bootstrap, or the fragment an existing
+Envoy needs (filters, clusters, route).
+
+The shape encodes the verified Envoy facts in ARCHITECTURE.md: ext_proc sends request headers
+and the buffered body, the body response re-routes via ``cluster_header`` + clear_route_cache,
+the ext_proc cluster speaks HTTP/2, SSE routes have no timeout, a Lua filter before ext_proc
+sets the default cluster and overwrites any client-sent cluster header (so fail-open cannot
+let clients pick a backend), and per-decision stats come from virtual clusters keyed on the
+decision header, which is stripped before requests reach a backend.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import Any
+
+import yaml
+
+from extproc.config import RouterConfig
+from extproc.config.runtime import ModelTarget, split_host_port
+from extproc.names import CLUSTER_HEADER, DECISION_HEADER, EXPLICIT_DECISION
+
+EXTPROC_CLUSTER = "semantic_router_extproc"
+LISTENER_NAME = "semantic_router"
+VIRTUAL_HOST = "semantic_router"
+_HTTP2_OPTIONS = {
+    "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
+        "@type": "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
+        "explicit_http_config": {"http2_protocol_options": {}},
+    }
+}
+# The whole request must fit Envoy's buffer, plus headroom so our 413 (JSON) answers
+# before Envoy's own plain-text one.
+_BUFFER_HEADROOM = 64 * 1024
+_ACCESS_LOG_FORMAT = {
+    "time": "%START_TIME%",
+    "request_id": "%REQ(X-REQUEST-ID)%",
+    "method": "%REQ(:METHOD)%",
+    "path": "%REQ(:PATH)%",
+    "status": "%RESPONSE_CODE%",
+    "flags": "%RESPONSE_FLAGS%",
+    "duration_ms": "%DURATION%",
+    "upstream_cluster": "%UPSTREAM_CLUSTER%",
+    "upstream_host": "%UPSTREAM_HOST%",
+    "decision": "%DYNAMIC_METADATA(envoy.filters.http.ext_proc:decision)%",
+    "model": "%DYNAMIC_METADATA(envoy.filters.http.ext_proc:model)%",
+    "outcome": "%DYNAMIC_METADATA(envoy.filters.http.ext_proc:outcome)%",
+}
+
+
+def _socket(address: str, port: int) -> dict[str, Any]:
+    return {"socket_address": {"address": address, "port_value": port}}
+
+
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
+def lua_filter(default_cluster: str) -> dict[str, Any]:
+    code = (
+        "function envoy_on_request(handle)\n"
+        f'  handle:headers():replace("{CLUSTER_HEADER}", "{default_cluster}")\n'
+        f'  handle:headers():remove("{DECISION_HEADER}")\n'
+        "  handle:clearRouteCache()\n"
+        "end\n"
+    )
+    return {
+        "name": "envoy.filters.http.lua",
+        "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua",
+            "default_source_code": {"inline_string": code},
+        },
+    }
+
+
+def ext_proc_filter(config: RouterConfig) -> dict[str, Any]:
+    timeout_s = config.router.message_timeout_ms / 1000
+    return {
+        "name": "envoy.filters.http.ext_proc",
+        "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3."
+            "ExternalProcessor",
+            "grpc_service": {"envoy_grpc": {"cluster_name": EXTPROC_CLUSTER}},
+            "failure_mode_allow": config.router.failure_mode == "open",
+            "message_timeout": f"{timeout_s:g}s",
+            "allow_mode_override": True,
+            "processing_mode": {
+                "request_header_mode": "SEND",
+                "response_header_mode": "SEND",
+                "request_body_mode": "BUFFERED",
+                "response_body_mode": "NONE",
+                "request_trailer_mode": "SKIP",
+                "response_trailer_mode": "SKIP",
+            },
+            "metadata_options": {
+                "receiving_namespaces": {"untyped": ["envoy.filters.http.ext_proc"]},
+            },
+        },
+    }
+
+
+def http_filters(config: RouterConfig) -> list[dict[str, Any]]:
+    return [
+        lua_filter(config.default_model.cluster),
+        ext_proc_filter(config),
+        {
+            "name": "envoy.filters.http.router",
+            "typed_config": {
+                "@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"
+            },
+        },
+    ]
+
+
+def virtual_host(config: RouterConfig) -> dict[str, Any]:
+    decisions = sorted({d.name for d in config.decisions} | {"default", EXPLICIT_DECISION})
+    return {
+        "name": VIRTUAL_HOST,
+        "domains": ["*"],
+        "routes": [
+            {
+                "match": {"prefix": "/"},
+                "route": {
+                    "cluster_header": CLUSTER_HEADER,
+                    "timeout": "0s",  # SSE streams must not be cut by the 15 s default
+                    "retry_policy": {
+                        "retry_on": "connect-failure,refused-stream,reset-before-request",
+                        "num_retries": 2,
+                    },
+                },
+            }
+        ],
+        "virtual_clusters": [
+            {
+                "name": name.replace("/", "_"),
+                "headers": [{"name": DECISION_HEADER, "string_match": {"exact": name}}],
+            }
+            for name in decisions
+        ],
+        "request_headers_to_remove": [DECISION_HEADER],
+    }
+
+
+def model_cluster(target: ModelTarget) -> dict[str, Any]:
+    all_ips = all(_is_ip(e.host) for e in target.endpoints)
+    cluster: dict[str, Any] = {
+        "name": target.cluster,
+        "type": "STATIC" if all_ips else "STRICT_DNS",
+        "connect_timeout": "5s",
+        "lb_policy": "ROUND_ROBIN",
+        "load_assignment": {
+            "cluster_name": target.cluster,
+            "endpoints": [
+                {
+                    "lb_endpoints": [
+                        {
+                            "endpoint": {"address": _socket(e.host, e.port)},
+                            "load_balancing_weight": e.weight,
+                        }
+                        for e in target.endpoints
+                    ]
+                }
+            ],
+        },
+        "outlier_detection": {
+            "consecutive_5xx": 5,
+            "consecutive_gateway_failure": 3,
+            "interval": "5s",
+            "base_ejection_time": "15s",
+            "max_ejection_percent": 50,
+        },
+        "common_lb_config": {"healthy_panic_threshold": {"value": 0}},
+    }
+    if any(e.protocol == "https" for e in target.endpoints):
+        cluster["transport_socket"] = {
+            "name": "envoy.transport_sockets.tls",
+            "typed_config": {
+                "@type": "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3."
+                "UpstreamTlsContext",
+                "sni": target.endpoints[0].host,
+            },
+        }
+    return cluster
+
+
+def extproc_cluster(config: RouterConfig, grpc_address: str | None = None) -> dict[str, Any]:
+    host, port = split_host_port(grpc_address or config.router.grpc)
+    return {
+        "name": EXTPROC_CLUSTER,
+        "type": "STATIC" if _is_ip(host) else "STRICT_DNS",
+        "connect_timeout": "1s",
+        "typed_extension_protocol_options": _HTTP2_OPTIONS,
+        "load_assignment": {
+            "cluster_name": EXTPROC_CLUSTER,
+            "endpoints": [{"lb_endpoints": [{"endpoint": {"address": _socket(host, port)}}]}],
+        },
+    }
+
+
+def clusters(config: RouterConfig, grpc_address: str | None = None) -> list[dict[str, Any]]:
+    return [
+        extproc_cluster(config, grpc_address),
+        *(model_cluster(t) for t in config.models.values()),
+    ]
+
+
+def listener(config: RouterConfig) -> dict[str, Any]:
+    host, port = split_host_port(config.listener.address)
+    return {
+        "name": LISTENER_NAME,
+        "address": _socket(host, port),
+        "per_connection_buffer_limit_bytes": config.listener.max_request_bytes + _BUFFER_HEADROOM,
+        "filter_chains": [
+            {
+                "filters": [
+                    {
+                        "name": "envoy.filters.network.http_connection_manager",
+                        "typed_config": {
+                            "@type": "type.googleapis.com/envoy.extensions.filters.network."
+                            "http_connection_manager.v3.HttpConnectionManager",
+                            "stat_prefix": LISTENER_NAME,
+                            "codec_type": "AUTO",
+                            "access_log": [
+                                {
+                                    "name": "envoy.access_loggers.stdout",
+                                    "typed_config": {
+                                        "@type": "type.googleapis.com/envoy.extensions.access_loggers.stream."
+                                        "v3.StdoutAccessLog",
+                                        "log_format": {"json_format": _ACCESS_LOG_FORMAT},
+                                    },
+                                }
+                            ],
+                            "route_config": {
+                                "name": LISTENER_NAME,
+                                "virtual_hosts": [virtual_host(config)],
+                            },
+                            "http_filters": http_filters(config),
+                        },
+                    }
+                ]
+            }
+        ],
+    }
+
+
+def bootstrap(config: RouterConfig, grpc_address: str | None = None) -> dict[str, Any]:
+    """A complete Envoy bootstrap; ``grpc_address`` overrides where the router listens."""
+    admin_host, admin_port = split_host_port(config.listener.admin)
+    return {
+        "node": {"id": "semantic-router-envoy", "cluster": "semantic-router"},
+        "admin": {"address": _socket(admin_host, admin_port)},
+        "static_resources": {
+            "listeners": [listener(config)],
+            "clusters": clusters(config, grpc_address),
+        },
+    }
+
+
+def fragment(config: RouterConfig) -> dict[str, Any]:
+    """What an existing Envoy needs: add the filters before its router filter, the clusters
+    to its clusters and the virtual host (or its route) to its route config."""
+    return {
+        "http_filters": http_filters(config)[:-1],
+        "clusters": clusters(config),
+        "virtual_host": virtual_host(config),
+    }
+
+
+def to_yaml(document: dict[str, Any]) -> str:
+    return yaml.safe_dump(document, sort_keys=False, width=100)

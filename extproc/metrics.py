@@ -1,0 +1,82 @@
+"""Router metrics in Prometheus conventions, one registry per router (no globals).
+
+Labels are bounded: outcomes, reasons and error types are fixed sets; decision and model
+names come from config, never from clients.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+
+_LATENCY_BUCKETS = (
+    0.0001,
+    0.00025,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+)
+
+
+class RouterMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self._requests = Counter(
+            "semantic_router_requests",
+            "Requests by outcome (routed, explicit, default, unclassified, rejected) and reason",
+            ["outcome", "reason"],
+            registry=self.registry,
+        )
+        self._decisions = Counter(
+            "semantic_router_decisions",
+            "Routed requests by decision and target model",
+            ["decision", "model"],
+            registry=self.registry,
+        )
+        self._phase = Histogram(
+            "semantic_router_extproc_phase_seconds",
+            "Time to answer one ext_proc message",
+            ["phase"],
+            buckets=_LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self._signal_errors = Counter(
+            "semantic_router_signal_errors",
+            "Learned signals that failed, by kind and the on_error outcome applied",
+            ["signal", "kind", "outcome"],
+            registry=self.registry,
+        )
+        self._streams = Counter(
+            "semantic_router_extproc_streams",
+            "ext_proc streams by how they ended",
+            ["status"],
+            registry=self.registry,
+        )
+
+    def routed(self, outcome: str, reason: str, decision: str, model: str) -> None:
+        self._requests.labels(outcome, reason).inc()
+        self._decisions.labels(decision, model).inc()
+
+    def rejected(self, error_type: str) -> None:
+        self._requests.labels("rejected", error_type).inc()
+
+    def phase_seconds(self, phase: str, seconds: float) -> None:
+        self._phase.labels(phase).observe(seconds)
+
+    def signal_error(self, signal: str, kind: str, outcome: str) -> None:
+        self._signal_errors.labels(signal, kind, outcome).inc()
+
+    def stream_ended(self, status: str) -> None:
+        self._streams.labels(status).inc()
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,206 @@
+"""A minimal, typed view of an OpenAI request body, and the surgical ``model`` rewrite.
+
+We parse the top-level object ourselves (values through the C JSON scanner) so that we know
+where each top-level ``model`` value sits in the original text: the rewrite replaces exactly
+those bytes, and every other field reaches the backend as the client sent it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from extproc.errors import BadRequest
+
+
+class Endpoint(Enum):
+    CHAT = "chat"
+    COMPLETIONS = "completions"
+
+
+class TextSource(Enum):
+    LAST_USER = "last_user"
+    ALL_USER = "all_user"
+    CONVERSATION = "conversation"
+
+
+_DECODER = json.JSONDecoder()
+_WHITESPACE = " \t\n\r"
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    role: str
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class OpenAIRequest:
+    endpoint: Endpoint
+    model: str
+    stream: bool
+    messages: tuple[Message, ...]
+    prompt_text: str
+    text: str
+    """The source text: ``model`` appears at these spans of it."""
+    model_spans: tuple[tuple[int, int], ...]
+
+    def classifier_text(self, source: TextSource) -> str:
+        """The text the classifiers see (completions have only their prompt)."""
+        if self.endpoint is Endpoint.COMPLETIONS:
+            return self.prompt_text
+        if source is TextSource.LAST_USER:
+            for message in reversed(self.messages):
+                if message.role == "user":
+                    return message.text
+            return self.messages[-1].text if self.messages else ""
+        if source is TextSource.ALL_USER:
+            return "\n".join(m.text for m in self.messages if m.role == "user")
+        return "\n".join(m.text for m in self.messages)
+
+    def total_text_length(self) -> int:
+        if self.endpoint is Endpoint.COMPLETIONS:
+            return len(self.prompt_text)
+        return sum(len(m.text) for m in self.messages)
+
+    def with_model(self, model: str) -> bytes:
+        """The original body with every top-level ``model`` value replaced by ``model``."""
+        replacement = json.dumps(model, ensure_ascii=False)
+        parts = []
+        cursor = 0
+        for start, end in self.model_spans:
+            parts.append(self.text[cursor:start])
+            parts.append(replacement)
+            cursor = end
+        parts.append(self.text[cursor:])
+        return "".join(parts).encode("utf-8")
+
+
+def parse_request(body: bytes, endpoint: Endpoint) -> OpenAIRequest:
+    """Parse and check the fields the router needs; raises ``BadRequest`` naming the param."""
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise BadRequest(f"request body is not valid UTF-8 (byte {err.start})") from err
+    fields, spans = _parse_top_level(text)
+    model = fields.get("model")
+    if model is None:
+        raise BadRequest("you must provide a model parameter", param="model")
+    if not isinstance(model, str) or not model:
+        raise BadRequest("'model' must be a non-empty string", param="model")
+    stream = fields.get("stream", False)
+    if stream is not None and not isinstance(stream, bool):
+        raise BadRequest("'stream' must be a boolean", param="stream")
+    if endpoint is Endpoint.CHAT:
+        messages = _messages(fields.get("messages"))
+        prompt = ""
+    else:
+        messages = ()
+        prompt = _prompt(fields.get("prompt"))
+    return OpenAIRequest(endpoint, model, bool(stream), messages, prompt, text, tuple(spans))
+
+
+def _parse_top_level(text: str) -> tuple[dict[str, Any], list[tuple[int, int]]]:
+    """Parse a JSON object, remembering the span of each top-level ``model`` value."""
+    end = len(text)
+    pos = _skip_ws(text, 0)
+    if pos >= end or text[pos] != "{":
+        raise BadRequest("request body must be a JSON object")
+    fields: dict[str, Any] = {}
+    spans: list[tuple[int, int]] = []
+    pos = _skip_ws(text, pos + 1)
+    try:
+        if pos < end and text[pos] == "}":
+            pos += 1
+        else:
+            while True:
+                if pos >= end or text[pos] != '"':
+                    raise ValueError(f"expected a property name at char {pos}")
+                key, pos = json.decoder.scanstring(text, pos + 1)  # type: ignore[attr-defined]
+                pos = _skip_ws(text, pos)
+                if pos >= end or text[pos] != ":":
+                    raise ValueError(f"expected ':' at char {pos}")
+                pos = _skip_ws(text, pos + 1)
+                value, value_end = _DECODER.raw_decode(text, pos)
+                if key == "model":
+                    spans.append((pos, value_end))
+                fields[key] = value
+                pos = _skip_ws(text, value_end)
+                if pos < end and text[pos] == ",":
+                    pos = _skip_ws(text, pos + 1)
+                    continue
+                if pos < end and text[pos] == "}":
+                    pos += 1
+                    break
+                raise ValueError(f"expected ',' or '}}' at char {pos}")
+    except RecursionError as err:
+        raise BadRequest("request body is nested too deeply") from err
+    except ValueError as err:
+        raise BadRequest(f"request body is not valid JSON: {err}") from err
+    if _skip_ws(text, pos) != end:
+        raise BadRequest("request body has extra data after the JSON object")
+    return fields, spans
+
+
+def _skip_ws(text: str, pos: int) -> int:
+    end = len(text)
+    while pos < end and text[pos] in _WHITESPACE:
+        pos += 1
+    return pos
+
+
+def _messages(value: Any) -> tuple[Message, ...]:
+    if value is None:
+        raise BadRequest("you must provide a messages parameter", param="messages")
+    if not isinstance(value, list) or not value:
+        raise BadRequest("'messages' must be a non-empty array", param="messages")
+    out = []
+    for i, item in enumerate(value):
+        if not isinstance(item, dict):
+            raise BadRequest(f"messages[{i}] must be an object", param=f"messages[{i}]")
+        role = item.get("role")
+        if not isinstance(role, str) or not role:
+            raise BadRequest(f"messages[{i}].role must be a string", param=f"messages[{i}].role")
+        out.append(Message(role, _content_text(item.get("content"), f"messages[{i}].content")))
+    return tuple(out)
+
+
+def _content_text(content: Any, param: str) -> str:
+    """String content, or the text parts of a content-part array; null is allowed (assistant
+    messages with tool calls)."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise BadRequest(f"{param} must be a string or an array of content parts", param=param)
+    texts = []
+    for j, part in enumerate(content):
+        if not isinstance(part, dict) or not isinstance(part.get("type"), str):
+            raise BadRequest(
+                f"{param}[{j}] must be a content part with a type", param=f"{param}[{j}]"
+            )
+        if part["type"] == "text":
+            text = part.get("text")
+            if not isinstance(text, str):
+                raise BadRequest(f"{param}[{j}].text must be a string", param=f"{param}[{j}].text")
+            texts.append(text)
+    return "\n".join(texts)
+
+
+def _prompt(value: Any) -> str:
+    if value is None:
+        raise BadRequest("you must provide a prompt parameter", param="prompt")
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return "\n".join(value)
+    if isinstance(value, list) and all(isinstance(v, int) for v in value):
+        return ""  # token ids: nothing to classify, route on the rest
+    if isinstance(value, list) and all(
+        isinstance(v, list) and all(isinstance(t, int) for t in v) for v in value
+    ):
+        return ""
+    raise BadRequest("'prompt' must be a string, an array of strings or token ids", param="prompt")

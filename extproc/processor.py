@@ -1,0 +1,211 @@
+"""Per-stream processing: one object per ext_proc stream (one HTTP request), one method per
+phase. It records what to change as ``Mutations``; only ``envoy_adapter`` builds protos.
+
+Errors raised by a phase are ``RouterError``s and become OpenAI-style immediate responses in
+``handle``; nothing a client sends can make this module raise anything else.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from classifiers.api import Overloaded
+from extproc import envoy_adapter as adapter
+from extproc.context import RouterState
+from extproc.envoy_adapter import Mutations, Phase, RequestMessage
+from extproc.errors import (
+    BadRequest,
+    MethodNotAllowed,
+    ModelNotFound,
+    NotFound,
+    PayloadTooLarge,
+    RouterError,
+    TooManyRequests,
+    UnsupportedMediaType,
+)
+from extproc.names import (
+    CLUSTER_HEADER,
+    DECISION_HEADER,
+    EXPLICIT_DECISION,
+    METADATA_NAMESPACE,
+    MODEL_HEADER,
+    MODELS_PATH,
+    REQUEST_ID_HEADER,
+)
+from extproc.openai_request import Endpoint, OpenAIRequest, parse_request
+from extproc.signals.specs import estimate_tokens
+
+_JSON = {"content-type": "application/json"}
+_MODELS_PREFIX = MODELS_PATH + "/"
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """Where a request went and why; read by the response-headers phase and the logs."""
+
+    decision: str
+    model: str
+    outcome: str
+    reason: str = ""
+
+
+class StreamProcessor:
+    def __init__(self, state: RouterState, logger: logging.Logger) -> None:
+        self._state = state
+        self._config = state.config  # a snapshot: a reload never changes a request mid-way
+        self._logger = logger
+        self._endpoint: Endpoint | None = None
+        self._request_id = ""
+        self.route: Route | None = None
+
+    async def handle(self, message: RequestMessage) -> bytes:
+        """The response bytes for one message; a ``RouterError`` becomes an OpenAI error."""
+        started = time.perf_counter()
+        phase = message.phase
+        try:
+            if phase is Phase.REQUEST_HEADERS:
+                return self.on_request_headers(message)
+            if phase is Phase.REQUEST_BODY:
+                return await self.on_request_body(message)
+            if phase is Phase.RESPONSE_HEADERS:
+                return self.on_response_headers()
+            return adapter.continue_response(phase)
+        except RouterError as err:
+            self._state.metrics.rejected(type(err).__name__)
+            self._logger.info(
+                "request rejected",
+                extra={
+                    "request_id": self._request_id,
+                    "status": err.status,
+                    "code": err.code,
+                    "error": err.message,
+                },
+            )
+            return adapter.immediate_response(err.status, err.body(), {**_JSON, **err.headers})
+        finally:
+            self._state.metrics.phase_seconds(phase.value, time.perf_counter() - started)
+
+    def on_request_headers(self, message: RequestMessage) -> bytes:
+        headers = message.headers
+        self._request_id = headers.get(REQUEST_ID_HEADER, "")
+        method = headers.get(":method", "")
+        path = headers.get(":path", "").partition("?")[0]
+        if path == MODELS_PATH or path.startswith(_MODELS_PREFIX):
+            return self._models(method, path)
+        endpoint = self._state.endpoints.get(path)
+        if endpoint is None:
+            if self._config.router.unknown_paths == "passthrough":
+                return adapter.skip_rest_response()
+            raise NotFound(f"unknown path '{path[:200]}'", code="unknown_url")
+        if method != "POST":
+            raise MethodNotAllowed(f"{path} only supports POST", headers={"allow": "POST"})
+        self._check_entity_headers(headers)
+        if message.end_of_stream:
+            raise BadRequest("request body is required")
+        self._endpoint = endpoint
+        return adapter.continue_response(Phase.REQUEST_HEADERS)
+
+    def _check_entity_headers(self, headers: Mapping[str, str]) -> None:
+        get = headers.get
+        content_type = get("content-type", "").split(";")[0].strip().lower()
+        if (
+            content_type
+            and content_type != "application/json"
+            and not content_type.endswith("+json")
+        ):
+            raise UnsupportedMediaType(
+                f"content type '{content_type[:100]}' is not supported; send application/json"
+            )
+        encoding = get("content-encoding", "").strip().lower()
+        if encoding not in ("", "identity"):
+            raise UnsupportedMediaType(f"content encoding '{encoding[:100]}' is not supported")
+        length = get("content-length", "")
+        if length.isdigit() and int(length) > self._config.listener.max_request_bytes:
+            raise self._too_large()
+
+    def _too_large(self) -> PayloadTooLarge:
+        limit = self._config.listener.max_request_bytes
+        return PayloadTooLarge(f"request body is larger than the limit of {limit} bytes")
+
+    def _models(self, method: str, path: str) -> bytes:
+        if method not in ("GET", "HEAD"):
+            raise MethodNotAllowed(f"{MODELS_PATH} only supports GET", headers={"allow": "GET"})
+        if path == MODELS_PATH:
+            body = self._state.models_body
+        else:
+            body = self._state.model_bodies.get(path[len(_MODELS_PREFIX) :])
+            if body is None:
+                raise ModelNotFound(
+                    f"The model '{path[len(_MODELS_PREFIX) :][:200]}' does not exist.",
+                    param="model",
+                )
+        self.route = Route("models", "", "answered")
+        return adapter.immediate_response(200, body, _JSON)
+
+    async def on_request_body(self, message: RequestMessage) -> bytes:
+        if self._endpoint is None:
+            return adapter.continue_response(Phase.REQUEST_BODY)
+        if len(message.body) > self._config.listener.max_request_bytes:
+            raise self._too_large()
+        request = parse_request(message.body, self._endpoint)
+        route = await self._route(request)
+        target = self._config.models[route.model]
+        self.route = route
+        self._state.metrics.routed(route.outcome, route.reason, route.decision, route.model)
+        self._logger.info(
+            "routed",
+            extra={
+                "request_id": self._request_id,
+                "decision": route.decision,
+                "model": route.model,
+                "outcome": route.outcome,
+                "reason": route.reason,
+                "requested": request.model[:200],
+                "stream": request.stream,
+            },
+        )
+        mutations = Mutations(
+            set_headers={CLUSTER_HEADER: target.cluster, DECISION_HEADER: route.decision},
+            body=request.with_model(target.provider_model_id),
+            clear_route_cache=True,
+            dynamic_metadata={
+                METADATA_NAMESPACE: {
+                    "decision": route.decision,
+                    "model": route.model,
+                    "outcome": route.outcome,
+                }
+            },
+        )
+        return adapter.continue_response(Phase.REQUEST_BODY, mutations)
+
+    async def _route(self, request: OpenAIRequest) -> Route:
+        config = self._config
+        if request.model not in config.auto_names:
+            target = config.resolve_explicit(request.model)
+            if target is None:
+                raise ModelNotFound(
+                    f"The model '{request.model[:200]}' does not exist.", param="model"
+                )
+            return Route(EXPLICIT_DECISION, target.name, "explicit")
+        text = request.classifier_text(self._state.text_source)
+        tokens = estimate_tokens(request.total_text_length())
+        try:
+            results = await self._state.evaluator.evaluate(text, tokens)
+        except Overloaded as err:
+            if config.router.on_overload == "reject":
+                raise TooManyRequests("the router is overloaded; retry shortly") from err
+            default = config.default_model.name
+            return Route("default", default, "unclassified", "overloaded")
+        outcome = self._state.decide(results)
+        return Route(outcome.decision, outcome.model, "routed" if outcome.matched else "default")
+
+    def on_response_headers(self) -> bytes:
+        if self.route is None or self.route.outcome == "answered":
+            return adapter.continue_response(Phase.RESPONSE_HEADERS)
+        mutations = Mutations(
+            set_headers={MODEL_HEADER: self.route.model, DECISION_HEADER: self.route.decision}
+        )
+        return adapter.continue_response(Phase.RESPONSE_HEADERS, mutations)

@@ -1,0 +1,145 @@
+"""Router lifecycle: build everything slow first, then serve; drain on stop.
+
+Order matters: classifiers load and warm up, the gRPC server starts NOT_SERVING, the admin
+API starts, and only then do health checks turn ready. On stop, health turns not-ready
+first, in-flight streams get a grace period, then the servers close.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import replace
+from typing import Any
+
+import grpc
+
+from extproc.admin import AdminServer
+from extproc.classifier_binding import build_engine
+from extproc.config import RouterConfig
+from extproc.context import build_state
+from extproc.envoy_process import EnvoyProcess
+from extproc.envoy_render import bootstrap, to_yaml
+from extproc.metrics import RouterMetrics
+from extproc.servicer import ExtProcServicer, StateHolder, mark_serving, start_grpc_server
+from extproc.signals.evaluator import LearnedEngine
+
+
+class Router:
+    def __init__(
+        self,
+        config: RouterConfig,
+        *,
+        grpc_address: str | None = None,
+        admin_address: str | None = None,
+        engine: LearnedEngine | None = None,
+        logger: logging.Logger | None = None,
+    ) -> None:
+        self.config = config
+        self._grpc_address = grpc_address or config.router.grpc
+        self._admin_address = admin_address or config.router.admin
+        self._engine: Any = engine
+        self._owns_engine = engine is None
+        self.logger = logger or logging.getLogger("semantic_router")
+        self.metrics = RouterMetrics()
+        self._server: grpc.aio.Server | None = None
+        self._health: Any = None
+        self._admin: AdminServer | None = None
+        self.grpc_port = 0
+        self.ready = False
+        self.started_at = 0.0
+
+    @property
+    def admin_port(self) -> int:
+        return self._admin.port if self._admin else 0
+
+    @property
+    def grpc_address(self) -> str:
+        host = self._grpc_address.rpartition(":")[0]
+        return f"{host}:{self.grpc_port}"
+
+    async def start(self) -> None:
+        if self._engine is None:
+            self._engine = await build_engine(self.config, self.logger)
+        state = build_state(self.config, self.metrics, self._engine)
+        holder = StateHolder(state)
+        servicer = ExtProcServicer(holder, self.logger)
+        self._server, self._health, self.grpc_port = await start_grpc_server(
+            self._grpc_address, servicer, self.config.listener.max_request_bytes
+        )
+        self._admin = AdminServer(self._admin_address, self.health, self.metrics.exposition)
+        await self._admin.start()
+        await mark_serving(self._health, True)
+        self.ready = True
+        self.started_at = time.time()
+        self.logger.info(
+            "router ready",
+            extra={
+                "grpc": self.grpc_address,
+                "admin_port": self.admin_port,
+                "config": self.config.summary(),
+            },
+        )
+
+    def health(self) -> tuple[bool, dict[str, Any]]:
+        bindings = getattr(self._engine, "bindings", ()) or ()
+        body = {
+            "status": "ready" if self.ready else "not_ready",
+            "classifiers": [
+                {"classifier": b.classifier, "model": b.model, "device": b.device, "dtype": b.dtype}
+                for b in bindings
+            ],
+            "default_model": self.config.default_model.name,
+        }
+        return self.ready, body
+
+    async def stop(self, grace_s: float = 5.0) -> None:
+        self.ready = False
+        if self._health is not None:
+            await mark_serving(self._health, False)
+        if self._server is not None:
+            await self._server.stop(grace_s)
+        if self._admin is not None:
+            await self._admin.stop()
+        if self._owns_engine and self._engine is not None and hasattr(self._engine, "close"):
+            await self._engine.close()
+
+
+def envoy_for(router: Router, config: RouterConfig) -> EnvoyProcess:
+    """A bundled Envoy wired to this router's actual gRPC port."""
+    document = bootstrap(config, grpc_address=router.grpc_address)
+    return EnvoyProcess(to_yaml(document), config.listener.admin)
+
+
+async def serve(config: RouterConfig, *, with_envoy: bool, stop: asyncio.Event) -> None:
+    """Run until ``stop`` is set (the CLI sets it on SIGINT/SIGTERM)."""
+    router = Router(config)
+    await router.start()
+    envoy = None
+    try:
+        if with_envoy:
+            envoy = envoy_for(router, config)
+            envoy.start()
+            await envoy.wait_ready()
+            router.logger.info(
+                "envoy ready",
+                extra={
+                    "listener": config.listener.address,
+                    "admin": config.listener.admin,
+                    "log": str(envoy.log_path),
+                },
+            )
+        await stop.wait()
+    finally:
+        router.ready = False
+        if envoy is not None:
+            await asyncio.to_thread(envoy.stop)
+        await router.stop()
+
+
+def with_ports(config: RouterConfig, listener: str, admin: str) -> RouterConfig:
+    """A copy of ``config`` with other listener/admin addresses (tests, demo)."""
+    return replace(
+        config, listener=config.listener.model_copy(update={"address": listener, "admin": admin})
+    )

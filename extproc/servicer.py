@@ -1,0 +1,107 @@
+"""The gRPC edge: ``ExternalProcessor/Process`` over grpc.aio with raw bytes, plus
+``grpc.health.v1``.
+
+The servicer only dispatches: it reads each message through the adapter, hands it to the
+stream's ``StreamProcessor`` and sends back bytes. Errors are mapped here, once: an unreadable
+message ends the stream with INVALID_ARGUMENT (Envoy then applies its failure mode); an
+unexpected bug answers that request with an OpenAI-style 500 and keeps the router alive.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1._async import HealthServicer
+
+from extproc import envoy_adapter as adapter
+from extproc.context import RouterState
+from extproc.errors import error_body
+from extproc.names import EXT_PROC_SERVICE
+from extproc.processor import StreamProcessor
+
+_INTERNAL = adapter.immediate_response(
+    500,
+    error_body("the router failed to process this request", "server_error", None, "router_error"),
+    {"content-type": "application/json"},
+)
+
+
+class StateHolder:
+    """The current ``RouterState``; a reload swaps it in one assignment."""
+
+    def __init__(self, state: RouterState) -> None:
+        self.state = state
+
+
+class ExtProcServicer:
+    def __init__(self, holder: StateHolder, logger: logging.Logger) -> None:
+        self._holder = holder
+        self._logger = logger
+
+    async def process(
+        self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext[Any, Any]
+    ) -> AsyncIterator[bytes]:
+        state = self._holder.state
+        processor = StreamProcessor(state, self._logger)
+        status = "ok"
+        try:
+            async for raw in requests:
+                try:
+                    message = adapter.parse_request(raw)
+                except adapter.AdapterError as err:
+                    status = "invalid_message"
+                    self._logger.warning("unreadable ext_proc message", extra={"error": str(err)})
+                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "unreadable message")
+                    return
+                try:
+                    response = await processor.handle(message)
+                except Exception:
+                    status = "internal_error"
+                    self._logger.exception("request processing failed")
+                    response = _INTERNAL
+                yield response
+        finally:
+            state.metrics.stream_ended(status)
+
+    def handler(self) -> grpc.GenericRpcHandler:
+        method = grpc.stream_stream_rpc_method_handler(self.process)  # raw bytes both ways
+        return grpc.method_handlers_generic_handler(EXT_PROC_SERVICE, {"Process": method})
+
+
+async def start_grpc_server(
+    address: str, servicer: ExtProcServicer, max_message_bytes: int
+) -> tuple[grpc.aio.Server, HealthServicer, int]:
+    """Start the server; returns it, its health servicer (NOT_SERVING until the caller marks
+    it ready) and the bound port."""
+    limit = max_message_bytes + 64 * 1024  # the body plus the message's own framing
+    server = grpc.aio.server(
+        options=[
+            ("grpc.max_receive_message_length", limit),
+            ("grpc.max_send_message_length", limit),
+            ("grpc.so_reuseport", 0),
+        ]
+    )
+    server.add_generic_rpc_handlers((servicer.handler(),))
+    health = HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health, server)
+    port = server.add_insecure_port(address)
+    if port == 0:
+        raise OSError(f"cannot bind the gRPC server to {address}")
+    await health.set("", health_pb2.HealthCheckResponse.NOT_SERVING)
+    await health.set(EXT_PROC_SERVICE, health_pb2.HealthCheckResponse.NOT_SERVING)
+    await server.start()
+    return server, health, port
+
+
+async def mark_serving(health: HealthServicer, serving: bool) -> None:
+    status = (
+        health_pb2.HealthCheckResponse.SERVING
+        if serving
+        else health_pb2.HealthCheckResponse.NOT_SERVING
+    )
+    await health.set("", status)
+    await health.set(EXT_PROC_SERVICE, status)

@@ -1,0 +1,97 @@
+"""Runs every signal some decision needs for one request.
+
+Keyword and context-length signals are computed inline (microseconds); learned signals go to
+the classifier engine in one call, so they share one encoder pass. A failed learned signal
+takes its configured ``on_error`` outcome and the failure is reported to ``on_signal_error``
+so it is counted, never silent. ``Overloaded`` is not handled here: the router decides what an
+overloaded classifier means for the whole request (``router.on_overload``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Protocol
+
+from classifiers.api import ClassifierError, ClassifierTimeout, Overloaded, SignalScore
+from extproc.decision import SignalResult
+from extproc.errors import ServiceUnavailable
+from extproc.signals.specs import ContextLengthSpec, KeywordSpec, LearnedSpec, SignalSpec
+
+
+class LearnedEngine(Protocol):
+    async def evaluate(
+        self, text: str, names: frozenset[str] | None = None
+    ) -> Mapping[str, SignalScore]: ...
+
+
+SignalErrorHook = Callable[[str, str, str], None]
+"""Called with (signal name, error kind, outcome) for each learned signal that failed."""
+
+
+class SignalEvaluator:
+    def __init__(
+        self,
+        specs: Sequence[SignalSpec],
+        needed: frozenset[str],
+        engine: LearnedEngine | None,
+        on_signal_error: SignalErrorHook | None = None,
+    ) -> None:
+        self._keywords = tuple(s for s in specs if isinstance(s, KeywordSpec) and s.name in needed)
+        self._lengths = tuple(
+            s for s in specs if isinstance(s, ContextLengthSpec) and s.name in needed
+        )
+        self._learned = tuple(s for s in specs if isinstance(s, LearnedSpec) and s.name in needed)
+        self._learned_names = frozenset(s.name for s in self._learned)
+        if self._learned and engine is None:
+            raise ValueError("learned signals are configured but no classifier engine was given")
+        self._engine = engine
+        self._on_signal_error = on_signal_error
+
+    @property
+    def needs_classifiers(self) -> bool:
+        return bool(self._learned)
+
+    async def evaluate(self, text: str, tokens: int) -> dict[str, SignalResult]:
+        """Results for every needed signal. Raises ``Overloaded`` (the caller decides) or
+        ``ServiceUnavailable`` when a failed signal is configured ``on_error: reject``."""
+        results = {s.name: s.evaluate(text) for s in self._keywords}
+        for length in self._lengths:
+            results[length.name] = length.evaluate(tokens)
+        if self._learned and self._engine is not None:
+            results.update(await self._evaluate_learned(text))
+        return results
+
+    async def _evaluate_learned(self, text: str) -> dict[str, SignalResult]:
+        assert self._engine is not None
+        try:
+            scores = await self._engine.evaluate(text, self._learned_names)
+        except Overloaded:
+            raise
+        except ClassifierTimeout:
+            return self._failed("timeout")
+        except ClassifierError:
+            return self._failed("error")
+        results = {}
+        for spec in self._learned:
+            score = scores.get(spec.name)
+            if score is None:
+                results.update(self._failed("error", (spec,)))
+                continue
+            results[spec.name] = SignalResult(spec.name, score.matched, score.score, score.label)
+        return results
+
+    def _failed(
+        self, kind: str, specs: Sequence[LearnedSpec] | None = None
+    ) -> dict[str, SignalResult]:
+        results = {}
+        for spec in specs if specs is not None else self._learned:
+            if self._on_signal_error is not None:
+                self._on_signal_error(spec.name, kind, spec.on_error)
+            if spec.on_error == "reject":
+                raise ServiceUnavailable(
+                    f"signal '{spec.name}' is unavailable ({kind}); try again later"
+                )
+            results[spec.name] = SignalResult(
+                spec.name, matched=spec.on_error == "match", error=kind
+            )
+        return results

@@ -1,0 +1,92 @@
+"""Compiled, frozen signal definitions.
+
+Keyword patterns are compiled once here (one alternation per ``any`` signal) so the hot path
+only runs ``re.search``. Learned signals only carry what the classifier engine needs.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from extproc.decision import SignalResult
+
+
+@dataclass(frozen=True, slots=True)
+class KeywordSpec:
+    name: str
+    on_error: str
+    patterns: tuple[re.Pattern[str], ...]
+    match_all: bool
+
+    def evaluate(self, text: str) -> SignalResult:
+        if self.match_all:
+            hits = [p.search(text) for p in self.patterns]
+            matched = all(hits)
+            first = hits[0] if matched else None
+        else:
+            first = self.patterns[0].search(text)
+            matched = first is not None
+        label = first.group(0) if first is not None else None
+        return SignalResult(self.name, matched, 1.0 if matched else 0.0, label)
+
+
+@dataclass(frozen=True, slots=True)
+class ContextLengthSpec:
+    name: str
+    on_error: str
+    min_tokens: int | None
+    max_tokens: int | None
+
+    def evaluate(self, tokens: int) -> SignalResult:
+        matched = (self.min_tokens is None or tokens >= self.min_tokens) and (
+            self.max_tokens is None or tokens <= self.max_tokens
+        )
+        return SignalResult(self.name, matched, float(tokens))
+
+
+@dataclass(frozen=True, slots=True)
+class LearnedSpec:
+    name: str
+    on_error: str
+    kind: str
+    model: str | None
+    threshold: float
+    device: str | None
+    examples: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+
+SignalSpec = KeywordSpec | ContextLengthSpec | LearnedSpec
+
+
+def keyword_pattern(keyword: str, *, regex: bool, word_boundary: bool) -> str:
+    """The regex source for one keyword; word boundaries only where the keyword has word
+    characters at that edge (so ``c++`` still matches)."""
+    if regex:
+        return keyword
+    source = re.escape(keyword)
+    if word_boundary and re.match(r"\w", keyword):
+        source = r"\b" + source
+    if word_boundary and re.search(r"\w$", keyword):
+        source += r"\b"
+    return source
+
+
+def compile_keywords(
+    keywords: list[str], *, regex: bool, case_sensitive: bool, word_boundary: bool, match_all: bool
+) -> tuple[re.Pattern[str], ...]:
+    """Raises ``re.error`` for an invalid user regex; the loader reports it by YAML path."""
+    flags = 0 if case_sensitive else re.IGNORECASE
+    sources = [keyword_pattern(k, regex=regex, word_boundary=word_boundary) for k in keywords]
+    if match_all:
+        return tuple(re.compile(s, flags) for s in sources)
+    return (re.compile("|".join(f"(?:{s})" for s in sources), flags),)
+
+
+def estimate_tokens(text_length: int) -> int:
+    """A cheap token estimate (about 4 characters a token for English and code).
+
+    The context-length signal only needs the right order of magnitude, and counting with the
+    backend's own tokenizer would put a tokenizer load per model on the hot path."""
+    return (text_length + 3) // 4
