@@ -77,6 +77,54 @@ def lua_filter(default_cluster: str) -> dict[str, Any]:
     }
 
 
+def _lua_string(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def fail_open_lua_filter(config: RouterConfig) -> dict[str, Any]:
+    """After ext_proc, only with fail-open: when the router did not handle a request (no
+    decision header), map its ``model`` the way the router would for explicit names, and
+    send auto names to the default model, so the backend gets a model id it serves.
+
+    A Lua pattern finds the first ``"model": "..."`` in the body: a degraded path that keeps
+    clients working while the router is down, not a JSON parser."""
+    routes = {name: config.default_model for name in config.auto_names}
+    routes.update(config.models)
+    table = ",\n".join(
+        f"  [{_lua_string(name)}] = {{{_lua_string(t.cluster)}, "
+        f"{_lua_string(t.provider_model_id)}}}"
+        for name, t in sorted(routes.items())
+    )
+    code = (
+        f"local routes = {{\n{table}\n}}\n"
+        "function envoy_on_request(handle)\n"
+        "  local headers = handle:headers()\n"
+        f'  if headers:get("{DECISION_HEADER}") ~= nil then return end\n'
+        '  if headers:get(":method") ~= "POST" then return end\n'
+        "  local body = handle:body()  -- buffers; header objects taken before it go stale\n"
+        "  if body == nil then return end\n"
+        "  local text = body:getBytes(0, body:length())\n"
+        "  local first, last, model = string.find(text, '\"model\"%s*:%s*\"([^\"\\\\]*)\"')\n"
+        "  if model == nil then return end\n"
+        "  local route = routes[model]\n"
+        "  if route == nil then return end\n"
+        f'  handle:headers():replace("{CLUSTER_HEADER}", route[1])\n'
+        f'  handle:headers():replace("{DECISION_HEADER}", "fail_open")\n'
+        "  local rewritten = string.sub(text, 1, first - 1) .. '\"model\": \"' .. route[2]"
+        " .. '\"' .. string.sub(text, last + 1)\n"
+        "  body:setBytes(rewritten)\n"
+        "  handle:clearRouteCache()\n"
+        "end\n"
+    )
+    return {
+        "name": "envoy.filters.http.lua",
+        "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua",
+            "default_source_code": {"inline_string": code},
+        },
+    }
+
+
 def ext_proc_filter(config: RouterConfig) -> dict[str, Any]:
     timeout_s = config.router.message_timeout_ms / 1000
     return {
@@ -104,9 +152,11 @@ def ext_proc_filter(config: RouterConfig) -> dict[str, Any]:
 
 
 def http_filters(config: RouterConfig) -> list[dict[str, Any]]:
+    fail_open = [fail_open_lua_filter(config)] if config.router.failure_mode == "open" else []
     return [
         lua_filter(config.default_model.cluster),
         ext_proc_filter(config),
+        *fail_open,
         {
             "name": "envoy.filters.http.router",
             "typed_config": {

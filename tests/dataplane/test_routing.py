@@ -1,0 +1,181 @@
+"""Real Envoy + router + fake vLLM backends: routing, rewriting, SSE, errors, SDK clients."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import httpx
+import openai
+import pytest
+
+from tests.dataplane.conftest import Stack
+
+pytestmark = pytest.mark.dataplane
+
+CHAT = "/v1/chat/completions"
+
+
+def chat_body(prompt: str, model: str = "auto", **extra: object) -> dict[str, object]:
+    return {"model": model, "messages": [{"role": "user", "content": prompt}], **extra}
+
+
+async def post(stack: Stack, body: object, headers: dict[str, str] | None = None,
+               path: str = CHAT) -> httpx.Response:
+    async with httpx.AsyncClient(base_url=stack.base_url, timeout=10) as client:
+        content = body if isinstance(body, bytes) else json.dumps(body).encode()
+        return await client.post(path, content=content,
+                                 headers={"content-type": "application/json", **(headers or {})})
+
+
+async def test_body_routes_to_backend_with_rewritten_model(stack: Stack) -> None:
+    body = chat_body("Write a python function to merge two sorted lists", temperature=0.25,
+                     top_p=1.0, user="tenant-7", metadata={"model": "keep-me"})
+    response = await post(stack, body)
+    assert response.status_code == 200, response.text
+    assert response.headers["x-semantic-router-decision"] == "code"
+    assert response.headers["x-semantic-router-model"] == "code"
+    assert response.headers["x-backend-id"] == "code-1"
+    received = stack.backends["code"].requests[-1]
+    assert received.body is not None
+    assert received.body["model"] == "Qwen/Qwen2.5-Coder-7B-Instruct"
+    # every other field arrives as sent, including a nested "model" key
+    assert {k: v for k, v in received.body.items() if k != "model"} == {
+        k: v for k, v in body.items() if k != "model"}
+    # the decision header feeds Envoy's per-decision stats but never reaches the backend
+    assert "x-semantic-router-decision" not in received.headers
+    assert not stack.backends["general"].requests
+
+
+async def test_second_decision_and_default(stack: Stack) -> None:
+    math = await post(stack, chat_body("What is the integral of x^2 from 0 to 3?"))
+    plain = await post(stack, chat_body("Suggest a name for a bakery"))
+    assert math.headers["x-backend-id"] == "reasoning-1"
+    assert math.headers["x-semantic-router-decision"] == "math"
+    assert plain.headers["x-backend-id"] == "general-1"
+    assert plain.headers["x-semantic-router-decision"] == "default"
+    assert stack.backends["general"].requests[-1].body["model"] == "Qwen/Qwen3-0.6B"  # type: ignore[index]
+
+
+async def test_explicit_model_passthrough(stack: Stack) -> None:
+    response = await post(stack, chat_body("write a python function", model="reasoning"))
+    assert response.status_code == 200
+    assert response.headers["x-backend-id"] == "reasoning-1"
+    assert response.headers["x-semantic-router-decision"] == "explicit"
+    assert stack.backends["reasoning"].requests[-1].body["model"] == "Qwen/Qwen3-8B"  # type: ignore[index]
+
+
+async def test_client_sent_cluster_header_is_ignored(stack: Stack) -> None:
+    sneaky = {"x-semantic-router-cluster": "reasoning",
+              "x-semantic-router-decision": "math"}
+    response = await post(stack, chat_body("hello there"), headers=sneaky)
+    assert response.status_code == 200
+    assert response.headers["x-backend-id"] == "general-1"
+    assert not stack.backends["reasoning"].requests
+    # also on a path the router passes through without looking at the body
+    async with httpx.AsyncClient(base_url=stack.base_url, timeout=10) as client:
+        passthrough = await client.get("/health", headers=sneaky)
+    assert passthrough.status_code == 200
+    assert not stack.backends["reasoning"].requests
+
+
+async def test_models_list(stack: Stack) -> None:
+    async with httpx.AsyncClient(base_url=stack.base_url, timeout=10) as client:
+        response = await client.get("/v1/models")
+        one = await client.get("/v1/models/code")
+        missing = await client.get("/v1/models/nope")
+    assert response.status_code == 200
+    ids = [m["id"] for m in response.json()["data"]]
+    assert ids == ["auto", "vllm-sr/auto", "general", "code", "reasoning"]
+    assert response.json()["object"] == "list"
+    assert one.json()["id"] == "code"
+    assert missing.status_code == 404
+    assert missing.json()["error"]["code"] == "model_not_found"
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "code", "param"),
+    [
+        (chat_body("hi", model="gpt-17"), 404, "model_not_found", "model"),
+        (b'{"model": "auto", "messages": [', 400, None, None),
+        (b"[1, 2]", 400, None, None),
+        (b'{"model": "auto", "messages": "hi"}', 400, None, "messages"),
+        (b'{"model": "auto\\r\\nx-evil: 1", "messages": [{"role": "user", "content": "x"}]}',
+         404, "model_not_found", "model"),
+    ],
+)
+async def test_bad_requests_get_openai_errors_and_router_survives(
+    stack: Stack, body: object, status: int, code: str | None, param: str | None
+) -> None:
+    response = await post(stack, body)
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"].startswith("application/json")
+    error = response.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert error["code"] == code
+    assert error["param"] == param
+    assert "x-evil" not in response.headers
+    after = await post(stack, chat_body("define a python function"))
+    assert after.status_code == 200
+    assert after.headers["x-backend-id"] == "code-1"
+
+
+async def test_sse_chunks_arrive_incrementally(stack: Stack) -> None:
+    arrivals: list[float] = []
+    body = chat_body("stream me a sql query", stream=True)
+    async with httpx.AsyncClient(base_url=stack.base_url, timeout=10) as client:
+        async with client.stream("POST", CHAT, json=body) as response:
+            assert response.status_code == 200
+            assert response.headers["content-type"].startswith("text/event-stream")
+            assert response.headers["x-semantic-router-decision"] == "code"
+            async for line in response.aiter_lines():
+                if line.startswith("data: ") and line != "data: [DONE]":
+                    arrivals.append(time.monotonic())
+    assert len(arrivals) >= 6
+    # the backend waits 50 ms between chunks: Envoy must not buffer the stream
+    assert arrivals[-1] - arrivals[0] >= 0.2
+    gaps = [b - a for a, b in zip(arrivals, arrivals[1:], strict=False)]
+    assert sum(1 for gap in gaps if gap >= 0.025) >= 4
+
+
+def _sync_sdk_calls(base_url: str) -> tuple[str, str, int]:
+    client = openai.OpenAI(base_url=base_url + "/v1", api_key="sk-test", max_retries=0)
+    raw = client.chat.completions.with_raw_response.create(
+        model="auto", messages=[{"role": "user", "content": "prove this theorem"}])
+    completion = raw.parse()
+    chunks = list(client.chat.completions.create(
+        model="auto", messages=[{"role": "user", "content": "python please"}], stream=True))
+    client.close()
+    return completion.choices[0].message.content or "", raw.headers["x-backend-id"], len(chunks)
+
+
+async def test_openai_sdk_sync(stack: Stack) -> None:
+    content, backend, chunks = await asyncio.to_thread(_sync_sdk_calls, stack.base_url)
+    assert backend == "reasoning-1"
+    assert "model=Qwen/Qwen3-8B" in content
+    assert chunks >= 6
+
+
+async def test_openai_sdk_async_and_streaming(stack: Stack) -> None:
+    client = openai.AsyncOpenAI(base_url=stack.base_url + "/v1", api_key="sk", max_retries=0)
+    models = await client.models.list()
+    assert "auto" in [m.id for m in models.data]
+    completion = await client.chat.completions.create(
+        model="vllm-sr/auto", messages=[{"role": "user", "content": "a sql join question"}])
+    assert "[code-1] model=Qwen/Qwen2.5-Coder-7B-Instruct" in (
+        completion.choices[0].message.content or "")
+    text = ""
+    stream = await client.chat.completions.create(
+        model="auto", messages=[{"role": "user", "content": "hello"}], stream=True,
+        stream_options={"include_usage": True})
+    async for chunk in stream:
+        if chunk.choices and chunk.choices[0].delta.content:
+            text += chunk.choices[0].delta.content
+    assert text.startswith("[general-1] model=Qwen/Qwen3-0.6B")
+    legacy = await client.completions.create(model="auto", prompt="integral of sin x")
+    assert legacy.choices[0].text.startswith("[reasoning-1]")
+    with pytest.raises(openai.NotFoundError):
+        await client.chat.completions.create(
+            model="nope", messages=[{"role": "user", "content": "x"}])
+    await client.close()
