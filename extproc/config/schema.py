@@ -9,13 +9,29 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._/:-]{0,127}$"
 HOST_PORT_PATTERN = r"^[A-Za-z0-9.\-\[\]:]+:[0-9]{1,5}$"
 
+
+
+def _port_in_range(value: str) -> str:
+    # The pattern allows five digits; Envoy rejects a port above 65535 only at start-up.
+    if int(value.rpartition(":")[2]) > 65535:
+        raise ValueError("port must be 0-65535")
+    return value
+
+
 Name = Annotated[str, Field(pattern=NAME_PATTERN)]
-HostPort = Annotated[str, Field(pattern=HOST_PORT_PATTERN)]
+HostPort = Annotated[str, Field(pattern=HOST_PORT_PATTERN), AfterValidator(_port_in_range)]
 
 
 class Strict(BaseModel):
@@ -114,9 +130,12 @@ class ContextLengthSignal(SignalBase):
     def _bounds(self) -> ContextLengthSignal:
         if self.min_tokens is None and self.max_tokens is None:
             raise ValueError("set min_tokens, max_tokens or both")
-        if self.min_tokens is not None and self.max_tokens is not None:
-            if self.min_tokens > self.max_tokens:
-                raise ValueError("min_tokens is greater than max_tokens")
+        if (
+            self.min_tokens is not None
+            and self.max_tokens is not None
+            and self.min_tokens > self.max_tokens
+        ):
+            raise ValueError("min_tokens is greater than max_tokens")
         return self
 
 

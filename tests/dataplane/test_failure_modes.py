@@ -6,7 +6,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from tests.dataplane.conftest import start_stack, stack_config, stop_stack
+from tests.dataplane.conftest import stack_config, start_stack, stop_stack
 
 pytestmark = pytest.mark.dataplane
 
