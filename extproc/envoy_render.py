@@ -18,7 +18,12 @@ import yaml
 
 from extproc.config import RouterConfig
 from extproc.config.runtime import ModelTarget, split_host_port
-from extproc.names import CLUSTER_HEADER, DECISION_HEADER, EXPLICIT_DECISION
+from extproc.names import (
+    CLUSTER_HEADER,
+    DECISION_HEADER,
+    EXPLICIT_DECISION,
+    IMMEDIATE_DETAILS,
+)
 
 EXTPROC_CLUSTER = "semantic_router_extproc"
 LISTENER_NAME = "semantic_router"
@@ -42,6 +47,7 @@ _ACCESS_LOG_FORMAT = {
     "path": "%REQ(:PATH)%",
     "status": "%RESPONSE_CODE%",
     "flags": "%RESPONSE_FLAGS%",
+    "details": "%RESPONSE_CODE_DETAILS%",
     "duration_ms": "%DURATION%",
     "upstream_cluster": "%UPSTREAM_CLUSTER%",
     "upstream_host": "%UPSTREAM_HOST%",
@@ -261,6 +267,47 @@ def clusters(config: RouterConfig, grpc_address: str | None = None) -> list[dict
     ]
 
 
+def _cel(expression: str) -> dict[str, Any]:
+    return {"extension_filter": {
+        "name": "envoy.access_loggers.extension_filters.cel",
+        "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.access_loggers.filters.cel.v3."
+                     "ExpressionFilter",
+            "expression": expression,
+        },
+    }}
+
+
+def _openai_error(message: str, error_type: str, code: str | None) -> dict[str, Any]:
+    return {"content_type": "application/json",
+            "json_format": {"error": {"message": message, "type": error_type, "param": None,
+                                      "code": code}}}
+
+
+def local_reply_config(config: RouterConfig) -> dict[str, Any]:
+    """Envoy's own local replies (413 from its buffer, 5xx when a backend or the router is
+    unreachable) get the OpenAI error shape too. The router's replies carry the details
+    ``IMMEDIATE_DETAILS`` and are left as they are."""
+    ours = f"response.code_details != '{IMMEDIATE_DETAILS}'"
+    limit = config.listener.max_request_bytes
+    return {"mappers": [
+        {"filter": _cel("response.code_details == 'request_payload_too_large'"),
+         "body_format_override": _openai_error(
+             f"request body is larger than the limit of {limit} bytes",
+             "invalid_request_error", "request_too_large")},
+        {"filter": _cel(f"{ours} && response.code_details.startsWith('ext_proc')"),
+         "body_format_override": _openai_error(
+             "the semantic router is unavailable; retry shortly", "server_error",
+             "router_unavailable")},
+        {"filter": _cel(f"{ours} && response.code >= 500"),
+         "body_format_override": _openai_error("%LOCAL_REPLY_BODY%", "server_error",
+                                               "upstream_unavailable")},
+        {"filter": _cel(f"{ours} && response.code >= 400"),
+         "body_format_override": _openai_error("%LOCAL_REPLY_BODY%", "invalid_request_error",
+                                               None)},
+    ]}
+
+
 def listener(config: RouterConfig) -> dict[str, Any]:
     host, port = split_host_port(config.listener.address)
     return {
@@ -286,6 +333,7 @@ def listener(config: RouterConfig) -> dict[str, Any]:
                                     },
                                 }
                             ],
+                            "local_reply_config": local_reply_config(config),
                             "route_config": {
                                 "name": LISTENER_NAME,
                                 "virtual_hosts": [virtual_host(config)],

@@ -32,6 +32,9 @@ DEFAULT_ENVOY_ADMIN: Final = "127.0.0.1:9901"
 DEFAULT_GRPC: Final = "127.0.0.1:50051"
 DEFAULT_ADMIN_HTTP: Final = "127.0.0.1:8080"
 
+IMMEDIATE_DETAILS: Final = "semantic_router"
+"""Response code details on the router's own replies (Envoy access logs show them)."""
+
 EXT_PROC_SERVICE: Final = "envoy.service.ext_proc.v3.ExternalProcessor"
 METADATA_NAMESPACE: Final = "envoy.filters.http.ext_proc"
 

@@ -30,6 +30,7 @@ from extproc.names import (
     CLUSTER_HEADER,
     DECISION_HEADER,
     EXPLICIT_DECISION,
+    IMMEDIATE_DETAILS,
     METADATA_NAMESPACE,
     MODEL_HEADER,
     MODELS_PATH,
@@ -84,7 +85,9 @@ class StreamProcessor:
                     "error": err.message,
                 },
             )
-            return adapter.immediate_response(err.status, err.body(), {**_JSON, **err.headers})
+            return adapter.immediate_response(
+                err.status, err.body(), {**_JSON, **err.headers}, IMMEDIATE_DETAILS
+            )
         finally:
             self._state.metrics.phase_seconds(phase.value, time.perf_counter() - started)
 
@@ -139,7 +142,7 @@ class StreamProcessor:
         if body is None:
             raise ModelNotFound(f"The model '{name[:200]}' does not exist.", param="model")
         self.route = Route("models", "", "answered")
-        return adapter.immediate_response(200, body, _JSON)
+        return adapter.immediate_response(200, body, _JSON, IMMEDIATE_DETAILS)
 
     async def on_request_body(self, message: RequestMessage) -> bytes:
         if self._endpoint is None:

@@ -20,13 +20,14 @@ from grpc_health.v1._async import HealthServicer
 from extproc import envoy_adapter as adapter
 from extproc.context import RouterState
 from extproc.errors import error_body
-from extproc.names import EXT_PROC_SERVICE
+from extproc.names import EXT_PROC_SERVICE, IMMEDIATE_DETAILS
 from extproc.processor import StreamProcessor
 
 _INTERNAL = adapter.immediate_response(
     500,
     error_body("the router failed to process this request", "server_error", None, "router_error"),
     {"content-type": "application/json"},
+    IMMEDIATE_DETAILS,
 )
 
 

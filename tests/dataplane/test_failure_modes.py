@@ -34,6 +34,7 @@ async def test_router_down(failure_mode: str) -> None:
             assert stack.backends["reasoning"].requests[-1].body["model"] == "Qwen/Qwen3-8B"  # type: ignore[index]
         else:
             assert 500 <= response.status_code < 600
+            assert response.json()["error"]["code"] == "router_unavailable"
             assert not stack.backends["general"].requests
         assert not stack.backends["code"].requests
     finally:

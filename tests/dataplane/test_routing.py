@@ -6,6 +6,7 @@ import asyncio
 import itertools
 import json
 import time
+from collections.abc import AsyncIterator
 
 import httpx
 import openai
@@ -182,3 +183,30 @@ async def test_openai_sdk_async_and_streaming(stack: Stack) -> None:
         await client.chat.completions.create(
             model="nope", messages=[{"role": "user", "content": "x"}])
     await client.close()
+
+
+async def _chunks(total_mib: int) -> AsyncIterator[bytes]:
+    for _ in range(total_mib):
+        yield b" " * (1024 * 1024)
+
+
+async def test_oversized_bodies_get_413_in_json(stack: Stack) -> None:
+    limit = stack.config.listener.max_request_bytes
+    async with httpx.AsyncClient(base_url=stack.base_url, timeout=10) as client:
+        declared = await client.post(CHAT, content=b" " * (limit + 1),
+                                     headers={"content-type": "application/json"})
+        # chunked, no content-length: Envoy's own buffer limit answers, mapped to JSON
+        chunked = await client.post(CHAT, content=_chunks(limit // (1024 * 1024) + 2),
+                                    headers={"content-type": "application/json"})
+    for response in (declared, chunked):
+        assert response.status_code == 413
+        assert response.json()["error"]["code"] == "request_too_large"
+    after = await post(stack, chat_body("python"))
+    assert after.headers["x-backend-id"] == "code-1"
+
+
+async def test_backend_down_is_an_openai_error(stack: Stack) -> None:
+    await stack.backends["reasoning"].stop()
+    response = await post(stack, chat_body("hi", model="reasoning"))
+    assert response.status_code == 503
+    assert response.json()["error"]["code"] == "upstream_unavailable"
