@@ -37,3 +37,6 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+
+fuzz: $(STAMP)
+	FUZZ_EXAMPLES=200000 $(BIN)/pytest -q tests/test_fuzz_processor.py

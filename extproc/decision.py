@@ -59,9 +59,11 @@ def rule_matches(rule: Rule, results: Mapping[str, SignalResult]) -> bool:
             result = results.get(signal)
             if result is None:
                 return False
+            if result.error is not None:
+                return result.matched  # the signal's on_error outcome, whatever the leaf asks
             if label is not None and result.label != label:
                 return False
-            if min_score is not None and result.error is None:
+            if min_score is not None:
                 return result.score >= min_score
             return result.matched
         case AllRule(children):

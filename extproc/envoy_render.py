@@ -26,6 +26,7 @@ from extproc.names import (
 )
 
 EXTPROC_CLUSTER = "semantic_router_extproc"
+SYSTEM_CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
 LISTENER_NAME = "semantic_router"
 VIRTUAL_HOST = "semantic_router"
 _HTTP2_OPTIONS = {
@@ -195,7 +196,7 @@ def virtual_host(config: RouterConfig) -> dict[str, Any]:
         ],
         "virtual_clusters": [
             {
-                "name": name.replace("/", "_"),
+                "name": name,
                 "headers": [{"name": DECISION_HEADER, "string_match": {"exact": name}}],
             }
             for name in decisions
@@ -241,6 +242,13 @@ def model_cluster(target: ModelTarget) -> dict[str, Any]:
                 "@type": "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3."
                 "UpstreamTlsContext",
                 "sni": target.endpoints[0].host,
+                # verify backends against the system trust store, by name
+                "common_tls_context": {"validation_context": {
+                    "trusted_ca": {"filename": SYSTEM_CA_BUNDLE},
+                    "match_typed_subject_alt_names": [{
+                        "san_type": "DNS",
+                        "matcher": {"exact": target.endpoints[0].host}}],
+                }},
             },
         }
     return cluster

@@ -166,6 +166,10 @@ def _models(parsed: RouterFile, errors: list[str]) -> dict[str, ModelTarget]:
         for j, ref_name in enumerate(names):
             if ref_name in names[:j]:
                 errors.append(f"{path}.backend_refs[{j}].name: duplicate '{ref_name}'")
+        protocols = {ref.protocol for ref in model.backend_refs}
+        if len(protocols) > 1:
+            errors.append(f"{path}.backend_refs: mixes http and https; one Envoy cluster "
+                          "speaks one protocol")
         endpoints = []
         for ref in model.backend_refs:
             host, port = split_host_port(ref.endpoint)

@@ -7,7 +7,7 @@ ignored setting. Cross-references (a decision naming a model or signal) are chec
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
@@ -77,6 +77,17 @@ class ListenerSettings(Strict):
     max_request_bytes: int = Field(default=8 * 1024 * 1024, ge=1024, le=256 * 1024 * 1024)
 
 
+class ProbeSettings(Strict):
+    """Backend readiness probes: ``GET /v1/models`` on every endpoint, every ``interval_s``;
+    a failing endpoint backs off (doubling) up to ``max_backoff_s``. Start-up waits at most
+    ``startup_timeout_s`` for the first round."""
+
+    interval_s: float = Field(default=5.0, gt=0, le=3600)
+    timeout_s: float = Field(default=2.0, gt=0, le=60)
+    max_backoff_s: float = Field(default=30.0, gt=0, le=3600)
+    startup_timeout_s: float = Field(default=3.0, ge=0, le=120)
+
+
 class RouterSettings(Strict):
     grpc: HostPort = "127.0.0.1:50051"
     admin: HostPort = "127.0.0.1:8080"
@@ -86,6 +97,12 @@ class RouterSettings(Strict):
     text_source: Literal["last_user", "all_user", "conversation"] = "last_user"
     on_overload: Literal["default", "reject"] = "default"
     message_timeout_ms: int = Field(default=2000, ge=50, le=60_000)
+    # Backends and workers (extproc/prober.py, extproc/workers.py, extproc/eds.py).
+    endpoint_discovery: Literal["static", "eds"] = "static"
+    health_check_path: str | None = Field(default="/health", pattern=r"^/[!-~]{0,255}$")
+    admin_token_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+    state_dir: str | None = None
+    probe: ProbeSettings = ProbeSettings()
 
 
 class BatchingConfig(Strict):
@@ -189,7 +206,8 @@ class RuleNode(Strict):
 
 
 class Decision(Strict):
-    name: Name
+    # also an Envoy virtual cluster (stats) name and a header value: no "/" or ":"
+    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
     priority: int = 0
     rules: RuleNode
     model: Name
@@ -205,3 +223,6 @@ class RouterFile(Strict):
     providers: Providers
     signals: list[Signal] = Field(default_factory=list)
     decisions: list[Decision] = Field(default_factory=list)
+    # Static worker registrations: a list of worker documents (the POST /v1/workers shape),
+    # or a directory of *.json files holding one each; checked in extproc/workers.py.
+    workers: list[dict[str, Any]] | str = Field(default_factory=list)

@@ -1,0 +1,242 @@
+"""OpenAI request parsing and the surgical ``model`` rewrite."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from extproc.errors import BadRequest
+from extproc.openai_request import Endpoint, Message, TextSource, parse_request
+
+CHAT = Endpoint.CHAT
+COMPLETIONS = Endpoint.COMPLETIONS
+
+
+def body(**fields: object) -> bytes:
+    return json.dumps(fields).encode()
+
+
+CONVERSATION = body(
+    model="auto",
+    messages=[
+        {"role": "system", "content": "You are terse."},
+        {"role": "user", "content": "first question"},
+        {"role": "assistant", "content": None, "tool_calls": [{"id": "t1"}]},
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "look at"},
+                {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
+                {"type": "text", "text": "this picture"},
+            ],
+        },
+    ],
+    stream=True,
+)
+
+
+def test_chat_fields_and_messages() -> None:
+    request = parse_request(CONVERSATION, CHAT)
+    assert (request.endpoint, request.model, request.stream) == (CHAT, "auto", True)
+    assert request.messages == (
+        Message("system", "You are terse."),
+        Message("user", "first question"),
+        Message("assistant", ""),
+        Message("user", "look at\nthis picture"),
+    )
+    assert request.prompt_text == ""
+    assert request.total_text_length() == 14 + 14 + 0 + 20
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        (TextSource.LAST_USER, "look at\nthis picture"),
+        (TextSource.ALL_USER, "first question\nlook at\nthis picture"),
+        (TextSource.CONVERSATION, "You are terse.\nfirst question\n\nlook at\nthis picture"),
+    ],
+)
+def test_chat_text_source(source: TextSource, expected: str) -> None:
+    assert parse_request(CONVERSATION, CHAT).classifier_text(source) == expected
+
+
+def test_last_user_without_user_message_uses_the_last_message() -> None:
+    raw = body(model="m", messages=[{"role": "system", "content": "only system"}])
+    assert parse_request(raw, CHAT).classifier_text(TextSource.LAST_USER) == "only system"
+
+
+@pytest.mark.parametrize(
+    ("prompt", "text"),
+    [
+        ("Say hi", "Say hi"),
+        (["one", "two"], "one\ntwo"),
+        ([], ""),
+        ([1, 2, 3], ""),
+        ([[1, 2], [3]], ""),
+    ],
+    ids=["string", "strings", "empty-list", "token-ids", "token-id-lists"],
+)
+def test_completions_prompt(prompt: object, text: str) -> None:
+    request = parse_request(body(model="m", prompt=prompt), COMPLETIONS)
+    assert (request.endpoint, request.messages, request.prompt_text) == (COMPLETIONS, (), text)
+    for source in TextSource:
+        assert request.classifier_text(source) == text
+    assert request.total_text_length() == len(text)
+
+
+@pytest.mark.parametrize("stream", [False, None], ids=["false", "null"])
+def test_stream_false_or_null(stream: bool | None) -> None:
+    assert parse_request(body(model="m", prompt="x", stream=stream), COMPLETIONS).stream is False
+
+
+# --- the rewrite changes only the model value ---------------------------------------------------
+
+
+def expected_rewrite(raw: bytes, old: bytes, new: bytes) -> bytes:
+    """``raw`` with every occurrence of ``old`` (the top-level model values, written so they
+    occur nowhere else) replaced by ``new``."""
+    assert old in raw
+    return raw.replace(old, new)
+
+
+REWRITES = [
+    pytest.param(
+        b'{"model":"auto","messages":[{"role":"user","content":"hi"}]}',
+        b'"auto"',
+        id="compact",
+    ),
+    pytest.param(
+        b'\r\n {\n  "stream" : false ,\n\t"model"  :\t"auto" ,"messages":[{"content":"x",'
+        b'"role":"user"}]  ,"z":1}\n ',
+        b'"auto"',
+        id="odd-whitespace-and-key-order",
+    ),
+    pytest.param(
+        b'{"temperature":1.0E2,"top_p":0.50,"n":1e0,"model":"auto","messages":'
+        b'[{"role":"user","content":"caf\\u00e9 \\ud83d\\ude00 \\"q\\" \\/"}],'
+        b'"logit_bias":{"50256":-100.000}}',
+        b'"auto"',
+        id="floats-and-escapes",
+    ),
+    pytest.param(
+        '{"model":"auto","messages":[{"role":"user","content":"naïve 日本 😀"}]}'.encode(),
+        b'"auto"',
+        id="raw-utf8",
+    ),
+    pytest.param(
+        b'{"model":"auto","messages":[{"role":"user","content":"x","model":"inner"}],'
+        b'"metadata":{"model":"nested"},"tools":[{"model":"tool"}]}',
+        b'"auto"',
+        id="nested-model-keys-untouched",
+    ),
+    pytest.param(
+        b'{"model":"vllm-sr/auto","messages":[{"role":"user","content":"x"}],'
+        b'"model":"vllm-sr/auto"}',
+        b'"vllm-sr/auto"',
+        id="duplicate-top-level-model",
+    ),
+    pytest.param(
+        b'{"model":"\\u0061uto","messages":[{"role":"user","content":"x"}]}',
+        b'"\\u0061uto"',
+        id="escaped-model-value",
+    ),
+]
+
+
+@pytest.mark.parametrize(("raw", "old"), REWRITES)
+@pytest.mark.parametrize("new", ["Qwen/Qwen3-8B", 'we"ird\\model', "模型"])
+def test_with_model_changes_only_the_model_value(raw: bytes, old: bytes, new: str) -> None:
+    request = parse_request(raw, CHAT)
+    rewritten = request.with_model(new)
+    encoded = json.dumps(new, ensure_ascii=False).encode()
+    assert rewritten == expected_rewrite(raw, old, encoded)
+    assert json.loads(rewritten)["model"] == new
+    assert parse_request(rewritten, CHAT).model == new
+
+
+def test_with_model_handles_escaped_key_and_other_endpoint() -> None:
+    raw = b'{"prompt":"model","mod\\u0065l":"auto","x":"\\"model\\":\\"auto\\""}'
+    request = parse_request(raw, COMPLETIONS)
+    assert request.model == "auto"
+    assert request.with_model("B") == raw.replace(b'l":"auto"', b'l":"B"', 1)
+
+
+def test_with_model_same_length_is_idempotent() -> None:
+    raw = b'{"model": "auto", "prompt": "x"}'
+    assert parse_request(raw, COMPLETIONS).with_model("auto") == raw
+
+
+# --- bad bodies -----------------------------------------------------------------------------------
+
+MSG = '[{"role":"user","content":"x"}]'
+DEEP = b'{"model":"m","messages":' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+
+BAD = [
+    ("number", b"42", CHAT, None, "must be a JSON object"),
+    ("array", b'[{"model":"m"}]', CHAT, None, "must be a JSON object"),
+    ("empty", b"", CHAT, None, "must be a JSON object"),
+    ("broken json", b'{"model":"m",', CHAT, None, "not valid JSON"),
+    ("missing colon", b'{"model" "m"}', CHAT, None, "not valid JSON"),
+    ("unquoted key", b"{model: 1}", CHAT, None, "not valid JSON"),
+    ("bad value", b'{"model":tru}', CHAT, None, "not valid JSON"),
+    ("invalid utf-8", b'{"model":"\xff"}', CHAT, None, "not valid UTF-8 (byte 10)"),
+    ("trailing data", b'{"model":"m","prompt":"x"} {}', COMPLETIONS, None, "extra data"),
+    ("model missing", b'{"messages":' + MSG.encode() + b"}", CHAT, "model", "provide a model"),
+    ("model null", b'{"model":null,"prompt":"x"}', COMPLETIONS, "model", "provide a model"),
+    ("model number", b'{"model":7,"prompt":"x"}', COMPLETIONS, "model", "non-empty string"),
+    ("model empty", b'{"model":"","prompt":"x"}', COMPLETIONS, "model", "non-empty string"),
+    ("messages missing", b'{"model":"m"}', CHAT, "messages", "provide a messages"),
+    ("messages empty", b'{"model":"m","messages":[]}', CHAT, "messages", "non-empty array"),
+    ("messages object", b'{"model":"m","messages":{}}', CHAT, "messages", "non-empty array"),
+    ("messages string", b'{"model":"m","messages":"hi"}', CHAT, "messages", "non-empty array"),
+    ("message not object", b'{"model":"m","messages":["hi"]}', CHAT, "messages[0]",
+     "messages[0] must be an object"),
+    ("role missing", b'{"model":"m","messages":[{"role":"user","content":"a"},{"content":"b"}]}',
+     CHAT, "messages[1].role", "must be a string"),
+    ("role number", b'{"model":"m","messages":[{"role":1,"content":"a"}]}', CHAT,
+     "messages[0].role", "must be a string"),
+    ("content number", b'{"model":"m","messages":[{"role":"user","content":5}]}', CHAT,
+     "messages[0].content", "string or an array"),
+    ("content object", b'{"model":"m","messages":[{"role":"user","content":{"text":"a"}}]}',
+     CHAT, "messages[0].content", "string or an array"),
+    ("part without type", b'{"model":"m","messages":[{"role":"user","content":[{"text":"a"}]}]}',
+     CHAT, "messages[0].content[0]", "content part with a type"),
+    ("part not object", b'{"model":"m","messages":[{"role":"user","content":["a"]}]}', CHAT,
+     "messages[0].content[0]", "content part with a type"),
+    ("text part without text",
+     b'{"model":"m","messages":[{"role":"user","content":[{"type":"text"}]}]}', CHAT,
+     "messages[0].content[0].text", "must be a string"),
+    ("stream string", b'{"model":"m","prompt":"x","stream":"yes"}', COMPLETIONS, "stream",
+     "must be a boolean"),
+    ("stream number", b'{"model":"m","prompt":"x","stream":1}', COMPLETIONS, "stream",
+     "must be a boolean"),
+    ("prompt missing", b'{"model":"m"}', COMPLETIONS, "prompt", "provide a prompt"),
+    ("prompt number", b'{"model":"m","prompt":3}', COMPLETIONS, "prompt", "token ids"),
+    ("prompt mixed list", b'{"model":"m","prompt":["a",1]}', COMPLETIONS, "prompt", "token ids"),
+    ("prompt object", b'{"model":"m","prompt":{"a":1}}', COMPLETIONS, "prompt", "token ids"),
+    ("nested 100k deep", DEEP, CHAT, None, "nested too deeply"),
+]
+
+
+@pytest.mark.parametrize(
+    ("raw", "endpoint", "param", "message"), [b[1:] for b in BAD], ids=[b[0] for b in BAD]
+)
+def test_bad_body_is_bad_request(
+    raw: bytes, endpoint: Endpoint, param: str | None, message: str
+) -> None:
+    with pytest.raises(BadRequest) as info:
+        parse_request(raw, endpoint)
+    err = info.value
+    assert err.param == param
+    assert message in err.message
+    assert err.status == 400
+    payload = json.loads(err.body())
+    assert payload == {
+        "error": {
+            "message": err.message,
+            "type": "invalid_request_error",
+            "param": param,
+            "code": None,
+        }
+    }
