@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from functools import partial
 from typing import TYPE_CHECKING
 
 from classifiers.api import BatchingSettings, ClassifierSettings, LearnedSignalSpec
 from extproc.config import RouterConfig
 from extproc.context import needed_signals
+from extproc.metrics import RouterMetrics
 from extproc.signals.specs import LearnedSpec
 
 if TYPE_CHECKING:
@@ -48,14 +50,20 @@ def learned_specs(config: RouterConfig) -> list[LearnedSignalSpec]:
     ]
 
 
-async def build_engine(config: RouterConfig, logger: logging.Logger) -> SignalEngine | None:
+async def build_engine(
+    config: RouterConfig, logger: logging.Logger, metrics: RouterMetrics
+) -> SignalEngine | None:
     specs = learned_specs(config)
     if not specs:
         return None
     from classifiers.engine import SignalEngine
 
     engine = await asyncio.to_thread(
-        SignalEngine.build, classifier_settings(config), specs, logger=logger
+        partial(
+            SignalEngine.build, classifier_settings(config), specs,
+            on_timing=metrics.classifier_timing, on_batch=metrics.classifier_batch,
+            on_truncated=metrics.classifier_truncated, logger=logger,
+        )
     )
     await engine.start()
     return engine

@@ -91,6 +91,8 @@ class EnvoyProcess:
                 "-c",
                 str(config_path),
                 "--disable-hot-restart",
+                "--file-flush-interval-msec",  # access log lines show up in about 0.2 s
+                "200",
                 "--concurrency",
                 str(self._concurrency),
                 "-l",

@@ -62,6 +62,27 @@ class RouterMetrics:
             registry=self.registry,
         )
 
+        self._classifier_seconds = Histogram(
+            "semantic_router_classifier_seconds",
+            "Classifier time per request by stage (tokenize, queue, inference)",
+            ["classifier", "stage"], buckets=_LATENCY_BUCKETS, registry=self.registry)
+        self._batch_size = Histogram(
+            "semantic_router_classifier_batch_size", "Texts per classifier forward pass",
+            ["classifier"], buckets=(1, 2, 4, 8, 16, 32, 64, 128), registry=self.registry)
+        self._truncations = Counter(
+            "semantic_router_classifier_truncations",
+            "Texts longer than the classifier's window bound (the rest was not scored)",
+            ["classifier"], registry=self.registry)
+
+    def classifier_timing(self, classifier: str, stage: str, seconds: float) -> None:
+        self._classifier_seconds.labels(classifier, stage).observe(seconds)
+
+    def classifier_batch(self, classifier: str, size: int) -> None:
+        self._batch_size.labels(classifier).observe(size)
+
+    def classifier_truncated(self, classifier: str) -> None:
+        self._truncations.labels(classifier).inc()
+
     def routed(self, outcome: str, reason: str, decision: str, model: str) -> None:
         self._requests.labels(outcome, reason).inc()
         self._decisions.labels(decision, model).inc()

@@ -11,11 +11,13 @@ import asyncio
 import logging
 import time
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import grpc
 
-from extproc.admin import AdminServer
+from extproc.admin import AdminServer, WorkerRoutes
+from extproc.backends import BackendCatalog
 from extproc.classifier_binding import build_engine
 from extproc.config import RouterConfig
 from extproc.context import build_state
@@ -35,6 +37,7 @@ class Router:
         admin_address: str | None = None,
         engine: LearnedEngine | None = None,
         logger: logging.Logger | None = None,
+        state_dir: str | Path | None = None,
     ) -> None:
         self.config = config
         self._grpc_address = grpc_address or config.router.grpc
@@ -46,6 +49,10 @@ class Router:
         self._server: grpc.aio.Server | None = None
         self._health: Any = None
         self._admin: AdminServer | None = None
+        state = state_dir if state_dir is not None else config.router.state_dir
+        self.backends = BackendCatalog(
+            config, state_dir=Path(state) if state else None, logger=self.logger
+        )
         self.grpc_port = 0
         self.ready = False
         self.started_at = 0.0
@@ -61,14 +68,24 @@ class Router:
 
     async def start(self) -> None:
         if self._engine is None:
-            self._engine = await build_engine(self.config, self.logger)
+            self._engine = await build_engine(self.config, self.logger, self.metrics)
         state = build_state(self.config, self.metrics, self._engine)
         holder = StateHolder(state)
         servicer = ExtProcServicer(holder, self.logger)
+        # Backends before serving: the first probe round (bounded) decides /health and EDS.
+        await self.backends.start()
         self._server, self._health, self.grpc_port = await start_grpc_server(
-            self._grpc_address, servicer, self.config.listener.max_request_bytes
+            self._grpc_address,
+            servicer,
+            self.config.listener.max_request_bytes,
+            (self.backends.eds.handler(),),
         )
-        self._admin = AdminServer(self._admin_address, self.health, self.metrics.exposition)
+        workers = WorkerRoutes(
+            self.backends.registry, self.config.router.admin_token_env, self.logger
+        )
+        self._admin = AdminServer(
+            self._admin_address, self.health, self.metrics.exposition, workers
+        )
         await self._admin.start()
         await mark_serving(self._health, True)
         self.ready = True
@@ -83,21 +100,16 @@ class Router:
         )
 
     def health(self) -> tuple[bool, dict[str, Any]]:
+        """Ready when started (classifiers bound) and the default model has a ready endpoint;
+        the body lists classifiers and every model's endpoints with their last probe."""
         bindings = getattr(self._engine, "bindings", ()) or ()
-        body = {
-            "status": "ready" if self.ready else "not_ready",
-            "classifiers": [
-                {"classifier": b.classifier, "model": b.model, "device": b.device, "dtype": b.dtype}
-                for b in bindings
-            ],
-            "default_model": self.config.default_model.name,
-        }
-        return self.ready, body
+        return self.backends.report(started=self.ready, bindings=bindings)
 
     async def stop(self, grace_s: float = 5.0) -> None:
         self.ready = False
         if self._health is not None:
             await mark_serving(self._health, False)
+        await self.backends.stop()  # ends EDS streams so the server need not wait for Envoy
         if self._server is not None:
             await self._server.stop(grace_s)
         if self._admin is not None:

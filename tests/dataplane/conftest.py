@@ -64,6 +64,10 @@ class Stack:
     def admin_url(self) -> str:
         return f"http://{self.config.listener.admin}"
 
+    async def envoy_flush(self) -> None:
+        """Access log lines are written asynchronously; give Envoy a moment."""
+        await asyncio.sleep(0.6)
+
 
 def stack_config(failure_mode: str = "closed") -> tuple[RouterConfig, dict[str, int]]:
     ports = {name: free_port() for name in
@@ -77,7 +81,7 @@ async def start_stack(config: RouterConfig, *, with_router: bool = True) -> Stac
         endpoint = target.endpoints[0]
         backend = SimulatedBackend(BackendSpec(
             backend_id=endpoint.name, models=(target.provider_model_id,),
-            port=endpoint.port, stream_delay_s=0.05, stream_chunks=6))
+            port=endpoint.port, stream_delay_s=0.05, stream_chunks=6, record_probes=False))
         await backend.start()
         backends[target.name] = backend
     router = None
