@@ -10,7 +10,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install test demo lint bench fuzz clean
+.PHONY: install test demo lint bench fuzz clean k8s-manifests
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -40,3 +40,6 @@ clean:
 
 fuzz: $(STAMP)
 	FUZZ_EXAMPLES=200000 $(BIN)/pytest -q tests/test_fuzz_processor.py
+
+k8s-manifests: $(STAMP)
+	SEMANTIC_ROUTER=$(BIN)/semantic-router deploy/kubernetes/render-envoy.sh

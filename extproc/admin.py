@@ -1,27 +1,122 @@
-"""The router's admin HTTP API (aiohttp): ``GET /health`` and ``GET /metrics``.
+"""The router's admin HTTP API (aiohttp): ``GET /health``, ``GET /metrics`` and the worker
+registry (``POST/GET /v1/workers``, ``GET/DELETE /v1/workers/{id}``).
 
 Binds to loopback by default. ``/health`` answers 200 only once every classifier is bound and
 warmed up and the router is serving, 503 otherwise (so a load balancer or Kubernetes never
 sends traffic to a router that would route blind).
+
+Worker writes need ``Authorization: Bearer <token>`` when ``router.admin_token_env`` names an
+environment variable; the token is compared in constant time and never logged. Errors are
+OpenAI-style ``{"error": {"message", "type", "param", "code"}}`` with the right 4xx status.
 """
 
 from __future__ import annotations
 
+import hmac
+import json
+import logging
+import os
 from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
 
 from extproc.config.runtime import split_host_port
+from extproc.workers import MAX_BODY_BYTES, WorkerError, WorkerRegistry
 
 HealthSource = Callable[[], tuple[bool, dict[str, Any]]]
 
 
+def _error(status: int, message: str, param: str | None, code: str,
+           **extra: Any) -> web.Response:
+    kind = "invalid_request_error" if status < 500 else "server_error"
+    error = {"message": message, "type": kind, "param": param, "code": code, **extra}
+    headers = {"www-authenticate": "Bearer"} if status == 401 else None
+    return web.json_response({"error": error}, status=status, headers=headers)
+
+
+class WorkerRoutes:
+    """``/v1/workers`` over a :class:`WorkerRegistry`; writes checked against the token read
+    from the environment variable ``token_env`` (when set)."""
+
+    def __init__(self, registry: WorkerRegistry, token_env: str | None,
+                 logger: logging.Logger) -> None:
+        self._registry = registry
+        self._token_env = token_env
+        self._token = os.environ.get(token_env, "") if token_env else ""
+        if token_env and not self._token:
+            logger.warning("admin token variable is empty or unset; worker writes are refused",
+                           extra={"admin_token_env": token_env})
+
+    def add_to(self, app: web.Application) -> None:
+        app.router.add_post("/v1/workers", self._post)
+        app.router.add_get("/v1/workers", self._list)
+        app.router.add_get("/v1/workers/{worker_id}", self._get)
+        app.router.add_delete("/v1/workers/{worker_id}", self._delete)
+
+    def _denied(self, request: web.Request) -> web.Response | None:
+        if not self._token_env:
+            return None
+        if not self._token:
+            return _error(503, f"writes are disabled: {self._token_env} is not set",
+                          None, "admin_token_unset")
+        scheme, _, given = request.headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(
+                given.strip().encode(), self._token.encode()):
+            return _error(401, "missing or invalid bearer token", None, "unauthorized")
+        return None
+
+    async def _post(self, request: web.Request) -> web.Response:
+        if (denied := self._denied(request)) is not None:
+            return denied
+        raw = await request.content.read(MAX_BODY_BYTES + 1)
+        if len(raw) > MAX_BODY_BYTES:
+            return _error(413, f"body larger than {MAX_BODY_BYTES} bytes", None,
+                          "request_too_large")
+        try:
+            data = json.loads(raw)
+        except ValueError as err:
+            return _error(400, f"body is not valid JSON: {err}", None, "invalid_json")
+        try:
+            worker, created = await self._registry.upsert(data)
+        except WorkerError as err:
+            return _worker_error(err)
+        return web.json_response(worker.to_json(), status=201 if created else 200)
+
+    async def _list(self, _: web.Request) -> web.Response:
+        workers = [w.to_json() for w in self._registry.all()]
+        return web.json_response({"object": "list", "data": workers})
+
+    async def _get(self, request: web.Request) -> web.Response:
+        worker = self._registry.get(request.match_info["worker_id"])
+        if worker is None:
+            return _error(404, "no such worker", "worker_id", "worker_not_found")
+        return web.json_response(worker.to_json())
+
+    async def _delete(self, request: web.Request) -> web.Response:
+        if (denied := self._denied(request)) is not None:
+            return denied
+        try:
+            worker = await self._registry.remove(request.match_info["worker_id"])
+        except WorkerError as err:
+            return _worker_error(err)
+        if worker is None:
+            return _error(404, "no such worker", "worker_id", "worker_not_found")
+        return web.json_response({"id": worker.worker_id, "object": "worker", "deleted": True})
+
+
+def _worker_error(err: WorkerError) -> web.Response:
+    problems = [{"field": f, "reason": r} for f, r in err.problems]
+    return _error(err.status, str(err)[:2000], err.field, err.code, errors=problems)
+
+
 class AdminServer:
-    def __init__(self, address: str, health: HealthSource, metrics: Callable[[], bytes]) -> None:
+    def __init__(self, address: str, health: HealthSource, metrics: Callable[[], bytes],
+                 workers: WorkerRoutes | None = None) -> None:
         self._address = address
         self._health = health
         self._metrics = metrics
+        self._workers = workers
         self._runner: web.AppRunner | None = None
         self.port = 0
 
@@ -29,6 +124,8 @@ class AdminServer:
         app = web.Application(client_max_size=64 * 1024)
         app.router.add_get("/health", self._get_health)
         app.router.add_get("/metrics", self._get_metrics)
+        if self._workers is not None:
+            self._workers.add_to(app)
         return app
 
     async def _get_health(self, _: web.Request) -> web.Response:

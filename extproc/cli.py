@@ -1,14 +1,16 @@
-"""``semantic-router``: serve, config validate, envoy render, demo, train."""
+"""``semantic-router``: serve, config validate, envoy render, status, demo, train."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import signal
 import sys
 from pathlib import Path
 
 from extproc.config import ConfigError, RouterConfig, load_config
+from extproc.names import DEFAULT_ADMIN_HTTP
 
 _BUNDLED = Path(__file__).parent / "_bundled" / "config" / "default.yaml"
 _SOURCE_TREE = Path(__file__).parent.parent / "config" / "default.yaml"
@@ -29,15 +31,40 @@ def _add_config(parser: argparse.ArgumentParser) -> None:
 
 def _cmd_validate(args: argparse.Namespace) -> int:
     config = _load(args.config)
+    if args.probe:
+        from extproc.status import probe_config
+
+        problems, probed = asyncio.run(probe_config(config, args.timeout))
+        for problem in problems:
+            print(f"error: {problem}", file=sys.stderr)
+        if problems:
+            return 1
+        print(f"ok: probed {probed} endpoint(s); every one serves its provider model id")
     print(f"ok: {args.config or default_config_path()}: {config.summary()}")
     return 0
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    import json
+
+    from extproc.status import fetch_health, format_health
+
+    address = _load(args.config).router.admin if args.config else DEFAULT_ADMIN_HTTP
+    admin = args.admin or f"http://{address}"
+    try:
+        status, body = fetch_health(admin, args.timeout)
+    except (OSError, ValueError) as err:
+        print(f"error: cannot read {admin}/health: {err}", file=sys.stderr)
+        return 2
+    print(json.dumps(body, indent=2) if args.json else format_health(body))
+    return 0 if status == 200 else 1
 
 
 def _cmd_render(args: argparse.Namespace) -> int:
     from extproc.envoy_render import bootstrap, fragment, to_yaml
 
     config = _load(args.config)
-    document = fragment(config) if args.fragment else bootstrap(config, args.grpc_address)
+    document = fragment(config, args.grpc_address) if args.fragment else bootstrap(config, args.grpc_address)
     sys.stdout.write(to_yaml(document))
     return 0
 
@@ -48,6 +75,9 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
     configure_logging(args.log_format, args.log_level)
     config = _load(args.config)
+    if args.state_dir:
+        router = config.router.model_copy(update={"state_dir": args.state_dir})
+        config = dataclasses.replace(config, router=router)
 
     async def main() -> None:
         stop = asyncio.Event()
@@ -87,13 +117,26 @@ def build_parser() -> argparse.ArgumentParser:
                        help="also run the bundled Envoy with the rendered config")
     serve.add_argument("--log-format", choices=["json", "text"], default="json")
     serve.add_argument("--log-level", default="info")
+    serve.add_argument("--state-dir", help="where worker registrations are kept "
+                       "(overrides router.state_dir)")
     serve.set_defaults(func=_cmd_serve)
 
     config = commands.add_parser("config", help="config tools")
     config_commands = config.add_subparsers(dest="config_command", required=True)
     validate = config_commands.add_parser("validate", help="check a config file")
     _add_config(validate)
+    validate.add_argument("--probe", action="store_true", help="also check each provider model "
+                          "id against the live /v1/models of its endpoints")
+    validate.add_argument("--timeout", type=float, default=3.0, help="probe timeout (s)")
     validate.set_defaults(func=_cmd_validate)
+
+    status = commands.add_parser("status", help="the router's /health as a table")
+    _add_config(status)
+    status.add_argument("--admin", help="router admin URL (default: from --config, else "
+                        f"http://{DEFAULT_ADMIN_HTTP})")
+    status.add_argument("--json", action="store_true", help="print the /health JSON")
+    status.add_argument("--timeout", type=float, default=5.0)
+    status.set_defaults(func=_cmd_status)
 
     envoy = commands.add_parser("envoy", help="Envoy tools")
     envoy_commands = envoy.add_subparsers(dest="envoy_command", required=True)

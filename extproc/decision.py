@@ -25,6 +25,8 @@ class SignalResult:
     score: float = 0.0
     label: str | None = None
     error: str | None = None
+    labels: frozenset[str] = frozenset()
+    """Every label present (e.g. all PII entity types found); ``label`` is the top one."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +63,7 @@ def rule_matches(rule: Rule, results: Mapping[str, SignalResult]) -> bool:
                 return False
             if result.error is not None:
                 return result.matched  # the signal's on_error outcome, whatever the leaf asks
-            if label is not None and result.label != label:
+            if label is not None and result.label != label and label not in result.labels:
                 return False
             if min_score is not None:
                 return result.score >= min_score
@@ -88,18 +90,48 @@ def signals_of(rule: Rule) -> frozenset[str]:
 
 
 @dataclass(frozen=True, slots=True)
+class Block:
+    status: int
+    code: str
+    message: str
+    respond: str  # "error" or "completion"
+
+
+@dataclass(frozen=True, slots=True)
+class SystemPrompt:
+    text: str
+    mode: str  # "insert" or "replace"
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionPlugins:
+    block: Block | None = None
+    system_prompt: SystemPrompt | None = None
+    set_headers: tuple[tuple[str, str], ...] = ()
+
+
+NO_PLUGINS = DecisionPlugins()
+
+
+@dataclass(frozen=True, slots=True)
 class CompiledDecision:
     name: str
     priority: int
     rule: Rule
-    model: str
+    model: str | None
+    shadow: bool = False
+    plugins: DecisionPlugins = NO_PLUGINS
 
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
     decision: str
-    model: str
+    model: str | None
+    """None only for a decision that blocks."""
     matched: bool
+    plugins: DecisionPlugins = NO_PLUGINS
+    shadowed: tuple[str, ...] = ()
+    """Shadow decisions that matched on the way (computed, logged and counted, not applied)."""
 
 
 def order_decisions(decisions: Sequence[CompiledDecision]) -> tuple[CompiledDecision, ...]:
@@ -112,8 +144,14 @@ def decide(
     results: Mapping[str, SignalResult],
     default_model: str,
 ) -> Outcome:
-    """The first decision (in priority order) whose rule holds, else the default model."""
+    """The first enforcing decision (in priority order) whose rule holds, else the default
+    model; matching shadow decisions on the way are reported, not applied."""
+    shadowed: list[str] = []
     for decision in decisions:
-        if rule_matches(decision.rule, results):
-            return Outcome(decision.name, decision.model, matched=True)
-    return Outcome(DEFAULT_DECISION, default_model, matched=False)
+        if not rule_matches(decision.rule, results):
+            continue
+        if decision.shadow:
+            shadowed.append(decision.name)
+            continue
+        return Outcome(decision.name, decision.model, True, decision.plugins, tuple(shadowed))
+    return Outcome(DEFAULT_DECISION, default_model, False, NO_PLUGINS, tuple(shadowed))

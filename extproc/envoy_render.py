@@ -268,11 +268,60 @@ def extproc_cluster(config: RouterConfig, grpc_address: str | None = None) -> di
     }
 
 
+def health_checks(path: str) -> list[dict[str, Any]]:
+    """Active HTTP checks (vLLM serves ``GET /health``): a new host takes traffic after one
+    pass, a dead one leaves after two failures; outlier detection catches faster failures."""
+    return [{
+        "timeout": "2s",
+        "interval": "5s",
+        "interval_jitter": "1s",
+        "no_traffic_interval": "10s",
+        "unhealthy_threshold": 2,
+        "healthy_threshold": 1,
+        "http_health_check": {"path": path},
+    }]
+
+
+def eds_config(initial_fetch_timeout_s: float = 5.0) -> dict[str, Any]:
+    """Endpoints from the router's EDS (same gRPC cluster as ext_proc). The short retry
+    back-off reconnects within seconds after a router restart (Envoy's default waited ~24 s)."""
+    return {
+        "resource_api_version": "V3",
+        "initial_fetch_timeout": f"{initial_fetch_timeout_s:g}s",
+        "api_config_source": {
+            "api_type": "GRPC",
+            "transport_api_version": "V3",
+            "set_node_on_first_message_only": True,
+            "grpc_services": [{"envoy_grpc": {
+                "cluster_name": EXTPROC_CLUSTER,
+                "retry_policy": {"retry_back_off": {"base_interval": "0.25s",
+                                                    "max_interval": "2s"}},
+            }}],
+        },
+    }
+
+
+def model_clusters(config: RouterConfig) -> list[dict[str, Any]]:
+    """One cluster per model: static endpoints, or EDS (``router.endpoint_discovery: eds``)
+    where the router serves only ready endpoints, registered workers included."""
+    out = []
+    for target in config.models.values():
+        cluster = model_cluster(target)
+        if config.router.health_check_path:
+            cluster["health_checks"] = health_checks(config.router.health_check_path)
+        if config.router.endpoint_discovery == "eds":
+            del cluster["load_assignment"]
+            cluster["type"] = "EDS"
+            cluster["eds_cluster_config"] = {"service_name": target.cluster,
+                                             "eds_config": eds_config()}
+            # a host gone from EDS leaves at once, even while it passes health checks
+            cluster["ignore_health_on_host_removal"] = True
+        out.append(cluster)
+    return out
+
+
 def clusters(config: RouterConfig, grpc_address: str | None = None) -> list[dict[str, Any]]:
-    return [
-        extproc_cluster(config, grpc_address),
-        *(model_cluster(t) for t in config.models.values()),
-    ]
+    return [extproc_cluster(config, grpc_address), *model_clusters(config)]
 
 
 def _cel(expression: str) -> dict[str, Any]:
@@ -368,12 +417,12 @@ def bootstrap(config: RouterConfig, grpc_address: str | None = None) -> dict[str
     }
 
 
-def fragment(config: RouterConfig) -> dict[str, Any]:
+def fragment(config: RouterConfig, grpc_address: str | None = None) -> dict[str, Any]:
     """What an existing Envoy needs: add the filters before its router filter, the clusters
     to its clusters and the virtual host (or its route) to its route config."""
     return {
         "http_filters": http_filters(config)[:-1],
-        "clusters": clusters(config),
+        "clusters": clusters(config, grpc_address),
         "virtual_host": virtual_host(config),
     }
 

@@ -55,6 +55,9 @@ class RouterMetrics:
             ["signal", "kind", "outcome"],
             registry=self.registry,
         )
+        self._shadowed = Counter(
+            "semantic_router_shadow_decisions", "Shadow decisions that matched (not applied)",
+            ["decision"], registry=self.registry)
         self._streams = Counter(
             "semantic_router_extproc_streams",
             "ext_proc streams by how they ended",
@@ -86,6 +89,9 @@ class RouterMetrics:
     def routed(self, outcome: str, reason: str, decision: str, model: str) -> None:
         self._requests.labels(outcome, reason).inc()
         self._decisions.labels(decision, model).inc()
+
+    def shadowed(self, decision: str) -> None:
+        self._shadowed.labels(decision).inc()
 
     def rejected(self, error_type: str) -> None:
         self._requests.labels("rejected", error_type).inc()

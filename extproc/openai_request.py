@@ -28,6 +28,7 @@ class TextSource(Enum):
 
 _DECODER = json.JSONDecoder()
 _WHITESPACE = " \t\n\r"
+_SPAN_KEYS = frozenset({"model", "messages"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,8 +45,14 @@ class OpenAIRequest:
     messages: tuple[Message, ...]
     prompt_text: str
     text: str
-    """The source text: ``model`` appears at these spans of it."""
-    model_spans: tuple[tuple[int, int], ...]
+    """The source text; ``spans`` locate its top-level ``model`` and ``messages`` values."""
+    spans: tuple[tuple[str, int, int], ...]
+    raw_messages: tuple[Any, ...] = ()
+    """``messages`` as parsed, for plugins that edit them (system prompts)."""
+
+    @property
+    def model_spans(self) -> tuple[tuple[int, int], ...]:
+        return tuple((start, end) for key, start, end in self.spans if key == "model")
 
     def classifier_text(self, source: TextSource) -> str:
         """The text the classifiers see (completions have only their prompt)."""
@@ -67,10 +74,20 @@ class OpenAIRequest:
 
     def with_model(self, model: str) -> bytes:
         """The original body with every top-level ``model`` value replaced by ``model``."""
-        replacement = json.dumps(model, ensure_ascii=False)
+        return self.rewrite(model)
+
+    def rewrite(self, model: str, messages: list[Any] | None = None) -> bytes:
+        """The original body with ``model`` (and, when given, ``messages``) replaced; every
+        other byte stays as the client sent it."""
+        values = {"model": json.dumps(model, ensure_ascii=False)}
+        if messages is not None:
+            values["messages"] = json.dumps(messages, ensure_ascii=False)
         parts = []
         cursor = 0
-        for start, end in self.model_spans:
+        for key, start, end in self.spans:
+            replacement = values.get(key)
+            if replacement is None:
+                continue
             parts.append(self.text[cursor:start])
             parts.append(replacement)
             cursor = end
@@ -93,23 +110,27 @@ def parse_request(body: bytes, endpoint: Endpoint) -> OpenAIRequest:
     stream = fields.get("stream", False)
     if stream is not None and not isinstance(stream, bool):
         raise BadRequest("'stream' must be a boolean", param="stream")
+    raw_messages: tuple[Any, ...] = ()
     if endpoint is Endpoint.CHAT:
         messages = _messages(fields.get("messages"))
+        raw_messages = tuple(fields["messages"])
         prompt = ""
     else:
         messages = ()
         prompt = _prompt(fields.get("prompt"))
-    return OpenAIRequest(endpoint, model, bool(stream), messages, prompt, text, tuple(spans))
+    return OpenAIRequest(endpoint, model, bool(stream), messages, prompt, text, tuple(spans),
+                         raw_messages)
 
 
-def _parse_top_level(text: str) -> tuple[dict[str, Any], list[tuple[int, int]]]:
-    """Parse a JSON object, remembering the span of each top-level ``model`` value."""
+def _parse_top_level(text: str) -> tuple[dict[str, Any], list[tuple[str, int, int]]]:
+    """Parse a JSON object, remembering where each top-level ``model`` and ``messages``
+    value sits."""
     end = len(text)
     pos = _skip_ws(text, 0)
     if pos >= end or text[pos] != "{":
         raise BadRequest("request body must be a JSON object")
     fields: dict[str, Any] = {}
-    spans: list[tuple[int, int]] = []
+    spans: list[tuple[str, int, int]] = []
     pos = _skip_ws(text, pos + 1)
     try:
         if pos < end and text[pos] == "}":
@@ -124,8 +145,8 @@ def _parse_top_level(text: str) -> tuple[dict[str, Any], list[tuple[int, int]]]:
                     raise ValueError(f"expected ':' at char {pos}")
                 pos = _skip_ws(text, pos + 1)
                 value, value_end = _DECODER.raw_decode(text, pos)
-                if key == "model":
-                    spans.append((pos, value_end))
+                if key in _SPAN_KEYS:
+                    spans.append((key, pos, value_end))
                 fields[key] = value
                 pos = _skip_ws(text, value_end)
                 if pos < end and text[pos] == ",":

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from classifiers.api import Overloaded
 from extproc import envoy_adapter as adapter
 from extproc.context import RouterState
+from extproc.decision import NO_PLUGINS, DecisionPlugins
 from extproc.envoy_adapter import Mutations, Phase, RequestMessage
 from extproc.errors import (
     BadRequest,
@@ -28,7 +29,9 @@ from extproc.errors import (
 )
 from extproc.names import (
     CLUSTER_HEADER,
+    DEBUG_HEADER,
     DECISION_HEADER,
+    DEFAULT_DECISION,
     EXPLICIT_DECISION,
     IMMEDIATE_DETAILS,
     METADATA_NAMESPACE,
@@ -37,6 +40,7 @@ from extproc.names import (
     REQUEST_ID_HEADER,
 )
 from extproc.openai_request import Endpoint, OpenAIRequest, parse_request
+from extproc.plugins import blocked_error, canned_reply, debug_summary, with_system_prompt
 from extproc.signals.specs import estimate_tokens
 
 _JSON = {"content-type": "application/json"}
@@ -51,6 +55,9 @@ class Route:
     model: str
     outcome: str
     reason: str = ""
+    plugins: DecisionPlugins = NO_PLUGINS
+    shadowed: tuple[str, ...] = ()
+    debug: str = ""
 
 
 class StreamProcessor:
@@ -60,6 +67,7 @@ class StreamProcessor:
         self._logger = logger
         self._endpoint: Endpoint | None = None
         self._request_id = ""
+        self._debug = False
         self.route: Route | None = None
 
     async def handle(self, message: RequestMessage) -> bytes:
@@ -94,6 +102,8 @@ class StreamProcessor:
     def on_request_headers(self, message: RequestMessage) -> bytes:
         headers = message.headers
         self._request_id = headers.get(REQUEST_ID_HEADER, "")
+        self._debug = self._config.router.debug_header and headers.get(DEBUG_HEADER, "") not in (
+            "", "0", "false")
         method = headers.get(":method", "")
         path = headers.get(":path", "").partition("?")[0]
         if path == MODELS_PATH or path.startswith(_MODELS_PREFIX):
@@ -151,34 +161,42 @@ class StreamProcessor:
             raise self._too_large()
         request = parse_request(message.body, self._endpoint)
         route = await self._route(request)
-        target = self._config.models[route.model]
         self.route = route
-        self._state.metrics.routed(route.outcome, route.reason, route.decision, route.model)
-        self._logger.info(
-            "routed",
-            extra={
-                "request_id": self._request_id,
-                "decision": route.decision,
-                "model": route.model,
-                "outcome": route.outcome,
-                "reason": route.reason,
-                "requested": request.model[:200],
-                "stream": request.stream,
-            },
-        )
+        self._record(route, request)
+        if route.outcome == "shadow":
+            return adapter.continue_response(Phase.REQUEST_BODY)  # observe only
+        block = route.plugins.block
+        if block is not None:
+            if block.respond == "error":
+                raise blocked_error(block)
+            body, headers = canned_reply(block, request, route.decision)
+            return adapter.immediate_response(200, body, headers, IMMEDIATE_DETAILS)
+        target = self._config.models[route.model]
+        prompt = route.plugins.system_prompt
+        messages = with_system_prompt(request.raw_messages, prompt) if prompt else None
         mutations = Mutations(
-            set_headers={CLUSTER_HEADER: target.cluster, DECISION_HEADER: route.decision},
-            body=request.with_model(target.provider_model_id),
-            clear_route_cache=True,
-            dynamic_metadata={
-                METADATA_NAMESPACE: {
-                    "decision": route.decision,
-                    "model": route.model,
-                    "outcome": route.outcome,
-                }
+            set_headers={
+                **dict(route.plugins.set_headers),
+                CLUSTER_HEADER: target.cluster,
+                DECISION_HEADER: route.decision,
             },
+            body=request.rewrite(target.provider_model_id, messages),
+            clear_route_cache=True,
+            dynamic_metadata={METADATA_NAMESPACE: {
+                "decision": route.decision, "model": route.model, "outcome": route.outcome,
+                "shadowed": ",".join(route.shadowed)}},
         )
         return adapter.continue_response(Phase.REQUEST_BODY, mutations)
+
+    def _record(self, route: Route, request: OpenAIRequest) -> None:
+        metrics = self._state.metrics
+        metrics.routed(route.outcome, route.reason, route.decision, route.model)
+        for name in route.shadowed:
+            metrics.shadowed(name)
+        self._logger.info("routed", extra={
+            "request_id": self._request_id, "decision": route.decision, "model": route.model,
+            "outcome": route.outcome, "reason": route.reason, "shadowed": list(route.shadowed),
+            "requested": request.model[:200], "stream": request.stream})
 
     async def _route(self, request: OpenAIRequest) -> Route:
         config = self._config
@@ -191,20 +209,33 @@ class StreamProcessor:
             return Route(EXPLICIT_DECISION, target.name, "explicit")
         text = request.classifier_text(self._state.text_source)
         tokens = estimate_tokens(request.total_text_length())
+        default = config.default_model.name
         try:
             results = await self._state.evaluator.evaluate(text, tokens)
         except Overloaded as err:
             if config.router.on_overload == "reject":
                 raise TooManyRequests("the router is overloaded; retry shortly") from err
-            default = config.default_model.name
-            return Route("default", default, "unclassified", "overloaded")
+            return Route(DEFAULT_DECISION, default, "unclassified", "overloaded")
         outcome = self._state.decide(results)
-        return Route(outcome.decision, outcome.model, "routed" if outcome.matched else "default")
+        debug = debug_summary(outcome.decision, results) if self._debug else ""
+        if config.router.mode == "shadow":
+            return Route(outcome.decision, outcome.model or "", "shadow",
+                         shadowed=(*outcome.shadowed, outcome.decision), debug=debug)
+        if outcome.plugins.block is not None:
+            kind = "blocked"
+        else:
+            kind = "routed" if outcome.matched else "default"
+        return Route(outcome.decision, outcome.model or "", kind, plugins=outcome.plugins,
+                     shadowed=outcome.shadowed, debug=debug)
 
     def on_response_headers(self) -> bytes:
-        if self.route is None or self.route.outcome == "answered":
+        route = self.route
+        if route is None or route.outcome in ("answered", "shadow"):
+            if route is not None and route.debug:
+                mutations = Mutations(set_headers={DEBUG_HEADER: route.debug})
+                return adapter.continue_response(Phase.RESPONSE_HEADERS, mutations)
             return adapter.continue_response(Phase.RESPONSE_HEADERS)
-        mutations = Mutations(
-            set_headers={MODEL_HEADER: self.route.model, DECISION_HEADER: self.route.decision}
-        )
-        return adapter.continue_response(Phase.RESPONSE_HEADERS, mutations)
+        headers = {MODEL_HEADER: route.model, DECISION_HEADER: route.decision}
+        if route.debug:
+            headers[DEBUG_HEADER] = route.debug
+        return adapter.continue_response(Phase.RESPONSE_HEADERS, Mutations(set_headers=headers))

@@ -74,10 +74,13 @@ class ExtProcServicer:
 
 
 async def start_grpc_server(
-    address: str, servicer: ExtProcServicer, max_message_bytes: int
+    address: str,
+    servicer: ExtProcServicer,
+    max_message_bytes: int,
+    extra_handlers: tuple[grpc.GenericRpcHandler, ...] = (),
 ) -> tuple[grpc.aio.Server, HealthServicer, int]:
     """Start the server; returns it, its health servicer (NOT_SERVING until the caller marks
-    it ready) and the bound port."""
+    it ready) and the bound port. ``extra_handlers`` (e.g. EDS) are served alongside."""
     limit = max_message_bytes + 64 * 1024  # the body plus the message's own framing
     server = grpc.aio.server(
         options=[
@@ -86,7 +89,7 @@ async def start_grpc_server(
             ("grpc.so_reuseport", 0),
         ]
     )
-    server.add_generic_rpc_handlers((servicer.handler(),))
+    server.add_generic_rpc_handlers((servicer.handler(), *extra_handlers))
     health = HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
     port = server.add_insecure_port(address)

@@ -14,7 +14,9 @@ Contract:
   gets a 400; both OpenAI-style ``{"error": {"message", "type", "param", "code"}}``. A missing
   ``model`` falls back to the first served model, as vLLM does.
 * Every request is recorded (path, lower-case headers, parsed body) in ``requests``, bounded to
-  the last ``MAX_RECORDED`` so a long benchmark cannot grow it without limit.
+  the last ``MAX_RECORDED`` so a long benchmark cannot grow it without limit. With
+  ``record_probes=False``, ``GET /health`` and ``GET /v1/models`` (Envoy's health checks, the
+  router's readiness probes) are only counted in ``probes``, so ``requests`` holds traffic.
 
 Output is deterministic (no randomness), loopback only, and it never touches the network.
 """
@@ -57,6 +59,7 @@ class BackendSpec:
     port: int = 0
     stream_delay_s: float = 0.02
     stream_chunks: int = 5
+    record_probes: bool = True
 
 
 @dataclass(frozen=True)
@@ -116,6 +119,7 @@ class SimulatedBackend:
             raise ValueError("BackendSpec.models must name at least one model")
         self.spec = spec
         self.requests: list[ReceivedRequest] = []
+        self.probes = 0
         self._created = int(time.time())
         self._runner: web.AppRunner | None = None
         self._port = 0
@@ -167,12 +171,17 @@ class SimulatedBackend:
         if len(self.requests) > MAX_RECORDED:
             del self.requests[: len(self.requests) - MAX_RECORDED]
 
+    def _record_probe(self, request: web.Request) -> None:
+        self.probes += 1
+        if self.spec.record_probes:
+            self._record(request, None)
+
     async def _health(self, request: web.Request) -> web.Response:
-        self._record(request, None)
+        self._record_probe(request)
         return web.Response(status=200)
 
     async def _models(self, request: web.Request) -> web.Response:
-        self._record(request, None)
+        self._record_probe(request)
         card = {"object": "model", "created": self._created, "owned_by": "vllm", "parent": None}
         data = [
             {"id": m, "root": m, "max_model_len": MAX_MODEL_LEN, **card} for m in self.spec.models

@@ -115,7 +115,7 @@ def routed_body(body: bytes, cluster: str, decision: str, model: str,
             option("content-length", str(len(body))),
         ]
     )
-    fields = {"decision": decision, "model": model, "outcome": outcome}
+    fields = {"decision": decision, "model": model, "outcome": outcome, "shadowed": ""}
     metadata = pb.Struct(
         fields={
             "envoy.filters.http.ext_proc": pb.Value(

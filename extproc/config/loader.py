@@ -26,16 +26,21 @@ from extproc.config.schema import (
     ContextLengthSignal,
     KeywordSignal,
     LearnedSignal,
+    PiiSignal,
+    Plugins,
     RouterFile,
     RuleNode,
 )
 from extproc.decision import (
     AllRule,
     AnyRule,
+    Block,
     CompiledDecision,
+    DecisionPlugins,
     NotRule,
     Rule,
     SignalRule,
+    SystemPrompt,
     order_decisions,
 )
 from extproc.names import ProviderModelId, PublicModelName
@@ -43,12 +48,13 @@ from extproc.signals.specs import (
     ContextLengthSpec,
     KeywordSpec,
     LearnedSpec,
+    PiiSpec,
     SignalSpec,
     compile_keywords,
 )
 
 _SIGNAL_TAGS = frozenset(
-    {"keyword", "context_length", "domain", "jailbreak", "embedding", "sequence", "token"}
+    {"keyword", "context_length", "domain", "jailbreak", "embedding", "sequence", "token", "pii"}
 )
 
 
@@ -121,6 +127,10 @@ def _compile(parsed: RouterFile, errors: list[str]) -> RouterConfig | None:
     for i, name in enumerate(parsed.router.auto_model_names):
         if name in models:
             errors.append(f"router.auto_model_names[{i}]: '{name}' is also a model name")
+    if models:
+        from extproc.workers import static_workers  # lazy: extproc.workers imports this package
+
+        errors.extend(static_workers(parsed.workers, models)[1])
     if errors or default is None:
         return None
     by_provider: dict[str, ModelTarget] = {}
@@ -224,6 +234,9 @@ def _signals(parsed: RouterFile, errors: list[str]) -> list[SignalSpec]:
                     examples,
                 )
             )
+        elif isinstance(signal, PiiSignal):
+            types = tuple(signal.entity_types) if signal.entity_types else None
+            specs.append(PiiSpec(signal.name, signal.on_error, types, signal.threshold))
     return specs
 
 
@@ -240,11 +253,23 @@ def _decisions(
         if decision.name in seen:
             errors.append(f"{path}.name: duplicate decision name '{decision.name}'")
         seen.add(decision.name)
-        if decision.model not in models:
+        if decision.model is not None and decision.model not in models:
             errors.append(f"{path}.model: unknown model '{decision.model}'")
         rule = _rule(decision.rules, f"{path}.rules", signal_names, errors)
-        compiled.append(CompiledDecision(decision.name, decision.priority, rule, decision.model))
+        compiled.append(CompiledDecision(
+            decision.name, decision.priority, rule, decision.model,
+            shadow=decision.mode == "shadow", plugins=_plugins(decision.plugins)))
     return order_decisions(compiled)
+
+
+def _plugins(plugins: Plugins) -> DecisionPlugins:
+    block = plugins.block
+    prompt = plugins.system_prompt
+    return DecisionPlugins(
+        block=Block(block.status, block.code, block.message, block.respond) if block else None,
+        system_prompt=SystemPrompt(prompt.text, prompt.mode) if prompt else None,
+        set_headers=tuple(sorted(plugins.set_headers.items())),
+    )
 
 
 def _rule(node: RuleNode, path: str, signal_names: set[str], errors: list[str]) -> Rule:

@@ -97,6 +97,10 @@ class RouterSettings(Strict):
     text_source: Literal["last_user", "all_user", "conversation"] = "last_user"
     on_overload: Literal["default", "reject"] = "default"
     message_timeout_ms: int = Field(default=2000, ge=50, le=60_000)
+    # shadow: decide, log and count, but change nothing (requests go to the default model)
+    mode: Literal["enforce", "shadow"] = "enforce"
+    # return per-signal results in x-semantic-router-debug when the client sends that header
+    debug_header: bool = False
     # Backends and workers (extproc/prober.py, extproc/workers.py, extproc/eds.py).
     endpoint_discovery: Literal["static", "eds"] = "static"
     health_check_path: str | None = Field(default="/health", pattern=r"^/[!-~]{0,255}$")
@@ -175,7 +179,18 @@ class LearnedSignal(SignalBase):
         return self
 
 
-Signal = Annotated[KeywordSignal | ContextLengthSignal | LearnedSignal, Field(discriminator="type")]
+class PiiSignal(SignalBase):
+    """Structured PII (Presidio pattern recognizers): matched when any wanted type is found;
+    a rule's ``label`` names one entity type (``{signal: pii, label: CREDIT_CARD}``)."""
+
+    type: Literal["pii"]
+    entity_types: list[str] | None = None
+    threshold: float = Field(default=0.5, ge=0.0, le=1.0)
+
+
+Signal = Annotated[
+    KeywordSignal | ContextLengthSignal | LearnedSignal | PiiSignal, Field(discriminator="type")
+]
 
 
 class RuleNode(Strict):
@@ -205,12 +220,59 @@ class RuleNode(Strict):
         return self
 
 
+HeaderName = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9-]{0,63}$")]
+HeaderValue = Annotated[str, Field(pattern=r"^[\x20-\x7e]{0,1024}$")]
+
+
+class BlockPlugin(Strict):
+    """Refuse the request: an OpenAI-style error (default 403), or, for clients that need a
+    200, a canned assistant reply (``respond: completion``)."""
+
+    status: int = Field(default=403, ge=400, le=499)
+    code: Annotated[str, Field(pattern=r"^[a-z0-9_]{1,64}$")] = "blocked"
+    message: Annotated[str, Field(min_length=1, max_length=1024)] = (
+        "this request was blocked by the gateway's policy")
+    respond: Literal["error", "completion"] = "error"
+
+
+class SystemPromptPlugin(Strict):
+    text: Annotated[str, Field(min_length=1, max_length=32_768)]
+    mode: Literal["insert", "replace"] = "insert"
+
+
+class Plugins(Strict):
+    block: BlockPlugin | None = None
+    system_prompt: SystemPromptPlugin | None = None
+    set_headers: dict[HeaderName, HeaderValue] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _block_alone(self) -> Plugins:
+        if self.block is not None and (self.system_prompt is not None or self.set_headers):
+            raise ValueError("block ends the request; it cannot be combined with other plugins")
+        for name in self.set_headers:
+            if name.startswith("x-semantic-router-") or name in _RESERVED_HEADERS:
+                raise ValueError(f"set_headers: '{name}' is reserved")
+        return self
+
+
+_RESERVED_HEADERS = frozenset({"content-length", "content-type", "host", "authorization",
+                               "transfer-encoding", "connection", "te", "upgrade"})
+
+
 class Decision(Strict):
     # also an Envoy virtual cluster (stats) name and a header value: no "/" or ":"
     name: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
     priority: int = 0
     rules: RuleNode
-    model: Name
+    model: Name | None = None
+    mode: Literal["enforce", "shadow"] = "enforce"
+    plugins: Plugins = Plugins()
+
+    @model_validator(mode="after")
+    def _target(self) -> Decision:
+        if self.model is None and self.plugins.block is None:
+            raise ValueError("a decision needs a model unless it blocks")
+        return self
 
 
 class RouterFile(Strict):

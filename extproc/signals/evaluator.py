@@ -9,13 +9,25 @@ overloaded classifier means for the whole request (``router.on_overload``).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Mapping, Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from classifiers.api import ClassifierError, ClassifierTimeout, Overloaded, SignalScore
 from extproc.decision import SignalResult
 from extproc.errors import ServiceUnavailable
-from extproc.signals.specs import ContextLengthSpec, KeywordSpec, LearnedSpec, SignalSpec
+from extproc.signals.specs import ContextLengthSpec, KeywordSpec, LearnedSpec, PiiSpec, SignalSpec
+
+if TYPE_CHECKING:
+    from classifiers.pii import PiiDetector
+
+_INLINE_PII_CHARS = 4096
+
+
+def _pii_detector(spec: PiiSpec) -> PiiDetector:
+    from classifiers.pii import PiiDetector  # Presidio imports slowly: only when configured
+
+    return PiiDetector(spec.entity_types)
 
 
 class LearnedEngine(Protocol):
@@ -42,6 +54,8 @@ class SignalEvaluator:
         )
         self._learned = tuple(s for s in specs if isinstance(s, LearnedSpec) and s.name in needed)
         self._learned_names = frozenset(s.name for s in self._learned)
+        self._pii = tuple((s, _pii_detector(s)) for s in specs
+                          if isinstance(s, PiiSpec) and s.name in needed)
         if self._learned and engine is None:
             raise ValueError("learned signals are configured but no classifier engine was given")
         self._engine = engine
@@ -57,9 +71,28 @@ class SignalEvaluator:
         results = {s.name: s.evaluate(text) for s in self._keywords}
         for length in self._lengths:
             results[length.name] = length.evaluate(tokens)
+        for spec, detector in self._pii:
+            results[spec.name] = await self._evaluate_pii(spec, detector, text)
         if self._learned and self._engine is not None:
             results.update(await self._evaluate_learned(text))
         return results
+
+    async def _evaluate_pii(self, spec: PiiSpec, detector: PiiDetector, text: str) -> SignalResult:
+        try:
+            # pattern matching is cheap for chat-sized text; long texts go to a thread so one
+            # huge prompt cannot stall every other request on the event loop
+            if len(text) > _INLINE_PII_CHARS:
+                findings = await asyncio.to_thread(detector.detect, text)
+            else:
+                findings = detector.detect(text)
+        except Exception:  # a detector bug must take the signal's on_error path, not the request
+            return self._failed("error", (spec,))[spec.name]
+        kept = [f for f in findings if f.score >= spec.threshold]
+        if not kept:
+            return SignalResult(spec.name, False)
+        best = max(kept, key=lambda f: f.score)
+        return SignalResult(spec.name, True, best.score, best.entity_type,
+                            labels=frozenset(f.entity_type for f in kept))
 
     async def _evaluate_learned(self, text: str) -> dict[str, SignalResult]:
         assert self._engine is not None
@@ -81,7 +114,7 @@ class SignalEvaluator:
         return results
 
     def _failed(
-        self, kind: str, specs: Sequence[LearnedSpec] | None = None
+        self, kind: str, specs: Sequence[LearnedSpec | PiiSpec] | None = None
     ) -> dict[str, SignalResult]:
         results = {}
         for spec in specs if specs is not None else self._learned:

@@ -57,7 +57,6 @@ class LearnedSpec:
     examples: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
 
-SignalSpec = KeywordSpec | ContextLengthSpec | LearnedSpec
 
 
 def keyword_pattern(keyword: str, *, regex: bool, word_boundary: bool) -> str:
@@ -90,3 +89,17 @@ def estimate_tokens(text_length: int) -> int:
     The context-length signal only needs the right order of magnitude, and counting with the
     backend's own tokenizer would put a tokenizer load per model on the hot path."""
     return (text_length + 3) // 4
+
+
+@dataclass(frozen=True, slots=True)
+class PiiSpec:
+    """Structured PII; the detector itself is built at start-up by the evaluator (Presidio's
+    import is slow), never by config loading."""
+
+    name: str
+    on_error: str
+    entity_types: tuple[str, ...] | None
+    threshold: float
+
+
+SignalSpec = KeywordSpec | ContextLengthSpec | LearnedSpec | PiiSpec

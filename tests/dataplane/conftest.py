@@ -69,10 +69,13 @@ class Stack:
         await asyncio.sleep(0.6)
 
 
-def stack_config(failure_mode: str = "closed") -> tuple[RouterConfig, dict[str, int]]:
+def stack_config(
+    failure_mode: str = "closed", template: str = CONFIG
+) -> tuple[RouterConfig, dict[str, int]]:
+    """``template`` is formatted with the ports and ``failure_mode`` (see ``CONFIG``)."""
     ports = {name: free_port() for name in
              ("listener", "envoy_admin", "grpc", "admin", "general", "code", "reasoning")}
-    return load_config_text(CONFIG.format(failure_mode=failure_mode, **ports)), ports
+    return load_config_text(template.format(failure_mode=failure_mode, **ports)), ports
 
 
 async def start_stack(config: RouterConfig, *, with_router: bool = True) -> Stack:

@@ -1,0 +1,64 @@
+"""The shared encoder's raw batched throughput, in this process, for bench/overhead.py.
+
+Built with the classifier engine's own builder from the same router config as variant (e), so
+the batch function is exactly the one the router's queue calls: same encoder, heads, window
+and chunk settings. torch is imported only here, only when (e) runs.
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+import time
+from pathlib import Path
+
+from extproc.classifier_binding import classifier_settings, learned_specs
+from extproc.config import RouterConfig
+
+
+def missing_heads(config: RouterConfig) -> str | None:
+    """Why the classifier variant cannot run (a bundled default head is absent), or None."""
+    from classifiers.engine import default_head_dir
+
+    for spec in learned_specs(config):
+        if spec.kind in ("domain", "jailbreak"):
+            head = Path(spec.model) if spec.model else default_head_dir(spec.kind)
+            if not (head / "head.json").is_file():
+                return f"{spec.kind} signal {spec.name!r}: no head at {head}"
+    return None
+
+
+def _no_report(stage: str, seconds: float) -> None:
+    return None
+
+
+class RawEncoder:
+    """The router's shared-encoder batch function, called directly (no queue, no gRPC)."""
+
+    def __init__(self, config: RouterConfig, texts: tuple[str, ...]) -> None:
+        from classifiers.api import SHARED_ENCODER_KINDS
+        from classifiers.engine import _build_shared  # the engine's builder: same runner
+        from classifiers.runners import EncoderRequest
+
+        specs = [s for s in learned_specs(config) if s.kind in SHARED_ENCODER_KINDS]
+        if not specs:
+            raise ValueError("the classifier config has no shared-encoder signal")
+        settings = classifier_settings(config)
+        self._runner, bindings = _build_shared(
+            settings, specs, None, logging.getLogger("bench.raw_encoder")
+        )
+        self.device = bindings[0].device
+        names = frozenset(s.name for s in specs)
+        self._requests = [EncoderRequest(text, names) for text in texts]
+
+    def throughput(self, batch: int, seconds: float) -> float:
+        """Texts/s at ``batch`` texts per call: median call time over ``seconds`` (>= 5 calls)."""
+        items = [self._requests[i % len(self._requests)] for i in range(batch)]
+        self._runner(items, _no_report)
+        times: list[float] = []
+        end = time.perf_counter() + seconds
+        while len(times) < 5 or time.perf_counter() < end:
+            started = time.perf_counter()
+            self._runner(items, _no_report)
+            times.append(time.perf_counter() - started)
+        return batch / statistics.median(times)

@@ -1,0 +1,222 @@
+"""Asyncio-facing batching queue: callers await, one worker thread runs batched forward passes.
+
+Constraints:
+- The forward pass never runs on the event loop; a dedicated worker thread collects batches and
+  delivers results with `loop.call_soon_threadsafe`.
+- Bounded everywhere: at most `max_queue` waiting items (a full queue raises `Overloaded` at once),
+  every call waits at most `timeout_ms` (`ClassifierTimeout`), shutdown joins with a timeout.
+- A forward-pass error fails every caller of that batch with `ClassifierError`.
+- `max_wait_ms` is only spent when the queue is under load (the previous batch held more than one
+  item or a backlog was waiting); a lone request is dispatched at once, so batching costs idle
+  traffic no latency.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+from classifiers.api import BatchingSettings, ClassifierError, ClassifierTimeout, Overloaded
+
+I = TypeVar("I")  # noqa: E741 - conventional short type-variable names
+R = TypeVar("R")
+
+TimingCallback = Callable[[str, str, float], None]
+BatchCallback = Callable[[str, int], None]
+StageReporter = Callable[[str, float], None]  # (stage, seconds), bound to one queue's name
+
+_JOIN_TIMEOUT_S = 10.0
+_log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Entry(Generic[I, R]):
+    item: I
+    future: asyncio.Future[R]
+    enqueued: float = field(default_factory=time.perf_counter)
+
+
+def _resolve(future: asyncio.Future[R], result: R) -> None:
+    if not future.done():
+        future.set_result(result)
+
+
+def _fail(future: asyncio.Future[R], error: BaseException) -> None:
+    if not future.done():
+        future.set_exception(error)
+
+
+class BatchQueue(Generic[I, R]):
+    """One bounded queue + worker thread around a batch function `process(items, report)`.
+
+    `process` runs on the worker thread, must return one result per item, in order, and may call
+    `report(stage, seconds)` for its own stages (tokenize, inference).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        process: Callable[[list[I], StageReporter], Sequence[R]],
+        settings: BatchingSettings,
+        *,
+        on_timing: TimingCallback | None = None,
+        on_batch: BatchCallback | None = None,
+    ) -> None:
+        if settings.max_batch_size < 1 or settings.max_queue < 1:
+            raise ValueError("max_batch_size and max_queue must be >= 1")
+        self.name = name
+        self.settings = settings
+        self._process = process
+        self._on_timing = on_timing
+        self._on_batch = on_batch
+        self._pending: collections.deque[_Entry[I, R]] = collections.deque()
+        self._cond = threading.Condition()
+        self._stopping = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._busy = False  # whether the last batch showed concurrent demand
+
+    async def start(self) -> None:
+        """Start the worker thread, bound to the running event loop."""
+        if self._thread is not None:
+            return
+        self._loop = asyncio.get_running_loop()
+        self._stopping = False
+        self._thread = threading.Thread(
+            target=self._run, name=f"classifier-{self.name}", daemon=True
+        )
+        self._thread.start()
+
+    async def close(self) -> None:
+        """Stop the worker, fail whatever is still queued, and join the thread (bounded)."""
+        thread = self._thread
+        with self._cond:
+            self._stopping = True
+            leftover = list(self._pending)
+            self._pending.clear()
+            self._cond.notify_all()
+        for entry in leftover:
+            _fail(entry.future, ClassifierError(f"{self.name}: classifier shutting down"))
+        if thread is not None:
+            await asyncio.to_thread(thread.join, _JOIN_TIMEOUT_S)
+            if thread.is_alive():
+                _log.warning("classifier worker %s did not stop within %ss", self.name,
+                             _JOIN_TIMEOUT_S)
+        self._thread = None
+
+    def depth(self) -> int:
+        """Items waiting (not yet picked by the worker)."""
+        return len(self._pending)
+
+    async def submit(self, item: I, timeout_s: float | None = None) -> R:
+        """Enqueue `item` and await its result; raises Overloaded / ClassifierTimeout /
+        ClassifierError. `timeout_s` defaults to the settings' `timeout_ms`."""
+        loop = self._loop
+        if loop is None or self._thread is None:
+            raise ClassifierError(f"{self.name}: batching queue not started")
+        future: asyncio.Future[R] = loop.create_future()
+        with self._cond:
+            if self._stopping:
+                raise ClassifierError(f"{self.name}: classifier shutting down")
+            if len(self._pending) >= self.settings.max_queue:
+                raise Overloaded(
+                    f"{self.name}: queue full ({self.settings.max_queue} waiting requests)"
+                )
+            self._pending.append(_Entry(item, future))
+            self._cond.notify()
+        limit = self.settings.timeout_ms / 1000.0 if timeout_s is None else timeout_s
+        try:
+            return await asyncio.wait_for(future, limit)
+        except TimeoutError as err:
+            # wait_for cancelled the future; the worker skips cancelled entries it has not
+            # started, and a late result for a started one is dropped by _resolve.
+            raise ClassifierTimeout(f"{self.name}: no result within {limit * 1000:.0f} ms") from err
+
+    def _take_batch(self) -> list[_Entry[I, R]] | None:
+        """Block until a batch is ready (or shutdown: None). Called on the worker thread."""
+        size = self.settings.max_batch_size
+        with self._cond:
+            while not self._pending and not self._stopping:
+                self._cond.wait()
+            if self._stopping:
+                return None
+            busy = self._busy or len(self._pending) > 1
+            if busy and len(self._pending) < size:
+                deadline = self._pending[0].enqueued + self.settings.max_wait_ms / 1000.0
+                remaining = deadline - time.perf_counter()
+                while remaining > 0 and len(self._pending) < size and not self._stopping:
+                    self._cond.wait(remaining)
+                    remaining = deadline - time.perf_counter()
+            count = min(size, len(self._pending))
+            batch = [self._pending.popleft() for _ in range(count)]
+            self._busy = count > 1 or bool(self._pending)
+        return [entry for entry in batch if not entry.future.cancelled()]
+
+    def _run(self) -> None:
+        while True:
+            batch = self._take_batch()
+            if batch is None:
+                return
+            if batch:
+                self._run_batch(batch)
+
+    def _run_batch(self, batch: list[_Entry[I, R]]) -> None:
+        picked = time.perf_counter()
+        for entry in batch:
+            self._report_timing("queue", picked - entry.enqueued)
+        self._report_batch(len(batch))
+        try:
+            results = self._process([entry.item for entry in batch], self._report_timing)
+            if len(results) != len(batch):
+                raise ClassifierError(
+                    f"{self.name}: batch function returned {len(results)} results "
+                    f"for {len(batch)} inputs"
+                )
+        except Exception as err:  # every caller of this batch must learn of the failure
+            _log.exception("classifier %s: batch of %d failed", self.name, len(batch))
+            error = err if isinstance(err, ClassifierError) else ClassifierError(
+                f"{self.name}: forward pass failed: {type(err).__name__}: {err}"
+            )
+            if error is not err:
+                error.__cause__ = err
+            for entry in batch:
+                self._deliver(_fail, entry.future, error)
+            return
+        for entry, result in zip(batch, results, strict=True):
+            self._deliver(_resolve, entry.future, result)
+
+    def _deliver(
+        self,
+        action: Callable[..., None],
+        future: asyncio.Future[R],
+        value: object,
+    ) -> None:
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+        try:
+            loop.call_soon_threadsafe(action, future, value)
+        except RuntimeError:  # loop closed between the check and the call: nobody is waiting
+            _log.debug("classifier %s: event loop closed before delivery", self.name)
+
+    def _report_timing(self, stage: str, seconds: float) -> None:
+        if self._on_timing is None:
+            return
+        try:
+            self._on_timing(self.name, stage, seconds)
+        except Exception:  # a metrics bug must not kill the worker thread
+            _log.exception("classifier %s: on_timing callback failed", self.name)
+
+    def _report_batch(self, size: int) -> None:
+        if self._on_batch is None:
+            return
+        try:
+            self._on_batch(self.name, size)
+        except Exception:  # a metrics bug must not kill the worker thread
+            _log.exception("classifier %s: on_batch callback failed", self.name)

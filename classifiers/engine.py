@@ -1,0 +1,301 @@
+"""SignalEngine: builds every learned signal at start-up and evaluates texts on the hot path.
+
+Constraints:
+- Everything slow happens in `build` (device choice, one shared encoder load, heads, sequence and
+  token models, one warm-up pass each); each classifier logs ONE JSON `model_binding_ready` line.
+- `evaluate` never runs torch on the event loop: one request to the shared encoder queue feeds
+  every requested domain/jailbreak/embedding signal; sequence/token signals go to their own
+  model's queue concurrently. Every wait is bounded by `BatchingSettings.timeout_ms`.
+- A missing default head, an unknown device or CUDA requested without a GPU fails `build` loudly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Awaitable, Mapping, Sequence
+from pathlib import Path
+
+import torch
+
+from classifiers.api import (
+    SHARED_ENCODER_KINDS,
+    Binding,
+    ClassifierError,
+    ClassifierSettings,
+    DeviceError,
+    LearnedSignalSpec,
+    SignalScore,
+)
+from classifiers.batching import BatchCallback, BatchQueue, TimingCallback
+from classifiers.device import default_dtype, dtype_name, resolve_device
+from classifiers.encoder import Encoder
+from classifiers.heads import load_head, read_head_config
+from classifiers.hf_models import HFModelRunner
+from classifiers.runners import EncoderRequest, SharedEncoderRunner, TruncatedCallback
+from classifiers.signals import DomainSignal, EmbeddingSignal, JailbreakSignal, SharedSignal
+
+ENCODER_QUEUE = "encoder"  # `classifier` label of the shared encoder queue's timings/batches
+MODELS_DIR = Path(__file__).resolve().parent / "models"
+
+EncoderQueue = BatchQueue[EncoderRequest, dict[str, SignalScore]]
+ModelQueue = BatchQueue[str, SignalScore]
+
+
+def default_head_dir(kind: str) -> Path:
+    """Bundled default head of a kind: `classifiers/models/<kind>`."""
+    return MODELS_DIR / kind
+
+
+def _safe(callback: TruncatedCallback | None, logger: logging.Logger) -> TruncatedCallback | None:
+    if callback is None:
+        return None
+
+    def call(name: str) -> None:
+        try:
+            callback(name)
+        except Exception:  # a metrics bug must not fail the batch
+            logger.exception("on_truncated callback failed for %s", name)
+
+    return call
+
+
+def _load_head_signal(
+    spec: LearnedSignalSpec, encoder: Encoder, logger: logging.Logger
+) -> SharedSignal:
+    head_dir = Path(spec.model) if spec.model else default_head_dir(spec.kind)
+    if not (head_dir / "head.json").is_file():
+        raise ClassifierError(
+            f"{spec.kind} signal {spec.name!r}: no head at {head_dir} "
+            + ("(the bundled default head is missing; train it with `semantic-router train` "
+               "or set `model:` to a head directory)" if spec.model is None else "")
+        )
+    config = read_head_config(head_dir)
+    if int(config["input_dim"]) != encoder.dim or config.get("pooling", "mean") != "mean":
+        raise ClassifierError(
+            f"{spec.kind} signal {spec.name!r}: head {head_dir} expects a "
+            f"{config['input_dim']}-d {config.get('pooling', 'mean')}-pooled embedding, "
+            f"encoder {encoder.model_id} gives {encoder.dim}-d mean-pooled"
+        )
+    if config["encoder"] != encoder.model_id:
+        # Same width but another encoder: usually a local copy of the same model, so warn only.
+        logger.warning(json.dumps({
+            "event": "head_encoder_mismatch", "classifier": spec.name,
+            "head_encoder": config["encoder"], "encoder": encoder.model_id,
+        }))
+    head = load_head(head_dir).to(encoder.device, torch.float32).eval()
+    if spec.kind == "domain":
+        return DomainSignal(spec.name, head, spec.threshold)
+    return JailbreakSignal(spec.name, head, spec.threshold)
+
+
+def _build_shared_signal(
+    spec: LearnedSignalSpec, encoder: Encoder, logger: logging.Logger
+) -> tuple[SharedSignal, str]:
+    """The signal and the model it names in its binding."""
+    if spec.kind == "embedding":
+        examples = {route: encoder.embed(list(texts)) for route, texts in spec.examples.items()}
+        signal = EmbeddingSignal(spec.name, examples, spec.threshold, encoder.device)
+        return signal, encoder.model_id
+    head_dir = spec.model or str(default_head_dir(spec.kind))
+    return _load_head_signal(spec, encoder, logger), head_dir
+
+
+def _check_names(specs: Sequence[LearnedSignalSpec]) -> None:
+    names = [spec.name for spec in specs]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise ClassifierError(f"duplicate learned signal names: {duplicates}")
+    for spec in specs:
+        if spec.kind in ("sequence", "token") and not spec.model:
+            raise ClassifierError(f"{spec.kind} signal {spec.name!r} needs `model`")
+
+
+class SignalEngine:
+    """All learned signals of one router process (build once; start/close on the event loop)."""
+
+    def __init__(
+        self,
+        encoder_queue: EncoderQueue | None,
+        shared_names: frozenset[str],
+        model_queues: Mapping[str, ModelQueue],
+        bindings: tuple[Binding, ...],
+    ) -> None:
+        self._encoder_queue = encoder_queue
+        self._shared_names = shared_names
+        self._model_queues = dict(model_queues)
+        self.names: frozenset[str] = shared_names | frozenset(model_queues)
+        self.bindings = bindings
+
+    @classmethod
+    def build(
+        cls,
+        settings: ClassifierSettings,
+        specs: Sequence[LearnedSignalSpec],
+        *,
+        on_timing: TimingCallback | None = None,
+        on_batch: BatchCallback | None = None,
+        on_truncated: TruncatedCallback | None = None,
+        logger: logging.Logger | None = None,
+    ) -> SignalEngine:
+        """Load and warm up every classifier (slow; call at start-up, off the event loop)."""
+        log = logger or logging.getLogger(__name__)
+        _check_names(specs)
+        truncated_cb = _safe(on_truncated, log)
+        bindings: list[Binding] = []
+        shared_specs = [s for s in specs if s.kind in SHARED_ENCODER_KINDS]
+        encoder_queue: EncoderQueue | None = None
+        if shared_specs:
+            runner, shared_bindings = _build_shared(settings, shared_specs, truncated_cb, log)
+            encoder_queue = BatchQueue(
+                ENCODER_QUEUE, runner, settings.batching, on_timing=on_timing, on_batch=on_batch
+            )
+            bindings.extend(shared_bindings)
+        model_queues: dict[str, ModelQueue] = {}
+        for spec in specs:
+            if spec.kind in SHARED_ENCODER_KINDS:
+                continue
+            model_runner, binding = _build_model(settings, spec, truncated_cb)
+            model_queues[spec.name] = BatchQueue(
+                spec.name, model_runner, settings.batching, on_timing=on_timing, on_batch=on_batch
+            )
+            bindings.append(binding)
+        for binding in bindings:
+            fields = {
+                "event": "model_binding_ready", "classifier": binding.classifier,
+                "model": binding.model, "device": binding.device, "dtype": binding.dtype,
+                "load_seconds": round(binding.load_seconds, 3),
+            }
+            # The message is the JSON line itself (plain formatters print it as is); the same
+            # fields go in `extra` for JSON formatters that build their own object.
+            log.info(json.dumps(fields), extra=fields)
+        shared_names = frozenset(s.name for s in shared_specs)
+        return cls(encoder_queue, shared_names, model_queues, tuple(bindings))
+
+    def _queues(self) -> list[BatchQueue[str, SignalScore] | EncoderQueue]:
+        queues: list[BatchQueue[str, SignalScore] | EncoderQueue] = list(
+            self._model_queues.values()
+        )
+        if self._encoder_queue is not None:
+            queues.append(self._encoder_queue)
+        return queues
+
+    async def start(self) -> None:
+        """Start one worker thread per model, bound to the running loop."""
+        for queue in self._queues():
+            await queue.start()
+
+    async def close(self) -> None:
+        """Stop the workers; callers still waiting get `ClassifierError`."""
+        await asyncio.gather(*(queue.close() for queue in self._queues()))
+
+    async def evaluate(
+        self, text: str, names: frozenset[str] | None = None
+    ) -> dict[str, SignalScore]:
+        """Scores of the requested learned signals (all when `names` is None) for `text`.
+
+        Raises `Overloaded`, `ClassifierTimeout` or `ClassifierError`; `ValueError` for names
+        that were never built (a configuration bug, not a runtime condition).
+        """
+        wanted = self.names if names is None else names
+        unknown = wanted - self.names
+        if unknown:
+            raise ValueError(f"unknown learned signals: {sorted(unknown)}")
+        calls: list[Awaitable[dict[str, SignalScore]]] = []
+        shared = wanted & self._shared_names
+        if shared and self._encoder_queue is not None:
+            calls.append(self._encoder_queue.submit(EncoderRequest(text, frozenset(shared))))
+        for name in sorted(wanted - self._shared_names):
+            calls.append(_as_dict(name, self._model_queues[name].submit(text)))
+        merged: dict[str, SignalScore] = {}
+        errors: list[BaseException] = []
+        for outcome in await asyncio.gather(*calls, return_exceptions=True):
+            if isinstance(outcome, BaseException):
+                errors.append(outcome)
+            else:
+                merged.update(outcome)
+        if errors:
+            first = errors[0]
+            if isinstance(first, ClassifierError):
+                raise first
+            raise ClassifierError(f"classifier failed: {type(first).__name__}: {first}") from first
+        return merged
+
+
+async def _as_dict(name: str, score: Awaitable[SignalScore]) -> dict[str, SignalScore]:
+    return {name: await score}
+
+
+def _build_shared(
+    settings: ClassifierSettings,
+    specs: Sequence[LearnedSignalSpec],
+    on_truncated: TruncatedCallback | None,
+    log: logging.Logger,
+) -> tuple[SharedEncoderRunner, list[Binding]]:
+    """Load the shared encoder once, every head / example set on it, and warm them up."""
+    device = resolve_device(settings.device)
+    for spec in specs:
+        wanted = resolve_device(settings.device, spec.device)
+        if wanted != device:
+            raise DeviceError(
+                f"{spec.kind} signal {spec.name!r} asks for {wanted} but shares the encoder "
+                f"on {device}; remove its device override or set classifiers.device"
+            )
+    quantize = settings.quantize_int8 and device.type == "cpu"
+    started = time.perf_counter()
+    encoder = Encoder.load(
+        settings.encoder, device=str(device), max_length=settings.max_length, quantize=quantize
+    )
+    encoder_seconds = time.perf_counter() - started
+    signals: dict[str, SharedSignal] = {}
+    models: dict[str, tuple[str, float]] = {}
+    for spec in specs:
+        started = time.perf_counter()
+        signals[spec.name], model = _build_shared_signal(spec, encoder, log)
+        models[spec.name] = (model, time.perf_counter() - started)
+    runner = SharedEncoderRunner(
+        encoder, signals, settings.max_windows, settings.batching.max_batch_size, on_truncated
+    )
+    started = time.perf_counter()
+    runner.warm_up()
+    warm_seconds = time.perf_counter() - started
+    dtype = "int8" if quantize else dtype_name(encoder.dtype)
+    # Each shared classifier's load time includes the one encoder load and warm-up it relies on.
+    return runner, [
+        Binding(name, model, str(device), dtype, encoder_seconds + warm_seconds + seconds)
+        for name, (model, seconds) in models.items()
+    ]
+
+
+def _build_model(
+    settings: ClassifierSettings,
+    spec: LearnedSignalSpec,
+    on_truncated: TruncatedCallback | None,
+) -> tuple[HFModelRunner, Binding]:
+    """Load one sequence/token model on its own device and warm it up."""
+    device = resolve_device(settings.device, spec.device)
+    dtype = default_dtype(device)
+    quantize = settings.quantize_int8 and device.type == "cpu"
+    assert spec.model is not None  # checked by _check_names
+    started = time.perf_counter()
+    runner = HFModelRunner.load(
+        spec.name,
+        "sequence" if spec.kind == "sequence" else "token",
+        spec.model,
+        device=device,
+        dtype=dtype,
+        max_length=settings.max_length,
+        max_windows=settings.max_windows,
+        threshold=spec.threshold,
+        chunk_size=settings.batching.max_batch_size,
+        quantize=quantize,
+    )
+    runner.on_truncated = on_truncated
+    runner.warm_up()
+    seconds = time.perf_counter() - started
+    return runner, Binding(
+        spec.name, spec.model, str(device), "int8" if quantize else dtype_name(dtype), seconds
+    )
+

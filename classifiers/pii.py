@@ -1,0 +1,195 @@
+"""Structured PII detection built on Presidio's pattern recognizers, without an NLP model.
+
+Presidio's predefined recognizers for e-mail, phone, credit card (Luhn), US SSN, IBAN (checksum)
+and IP address are used directly with `nlp_artifacts=None`, so no spaCy model is downloaded or
+loaded (`presidio-analyzer` still imports spaCy, ~2-8 s once at start-up: construct the detector at
+start-up, never per request). Presidio ships no API-key recognizer, so one is added here as a
+Presidio `PatternRecognizer` with vendor token formats and `Bearer` headers.
+
+What the AnalyzerEngine would add with a spaCy model is reproduced cheaply: the context boost (a
+recognizer's context words within a short window before a match raise its score, as Presidio's
+LemmaContextAwareEnhancer does with its default factors) and overlap resolution (keep the
+higher-scoring of two overlapping findings). E-mail validation uses tldextract's bundled suffix
+snapshot: the default extractor would try to download the public suffix list on first use.
+
+Prompts that only talk about formats ("how does the Luhn check work?") produce no findings:
+every finding needs a value that matches a pattern and passes its validator.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection
+from dataclasses import dataclass
+from typing import Any
+
+ENTITY_TYPES: tuple[str, ...] = (
+    "EMAIL_ADDRESS",
+    "PHONE_NUMBER",
+    "CREDIT_CARD",
+    "US_SSN",
+    "IBAN_CODE",
+    "IP_ADDRESS",
+    "API_KEY",
+)
+# Presidio's defaults (context_similarity_factor, min_score_with_context_similarity).
+CONTEXT_BOOST = 0.35
+MIN_SCORE_WITH_CONTEXT = 0.4
+CONTEXT_WINDOW_CHARS = 40
+DEFAULT_MIN_SCORE = 0.4
+
+# (name, regex, score): well-known vendor token shapes. Lengths follow the vendors' documented
+# formats; anything shorter is more likely prose or a placeholder ("sk-...") than a credential.
+API_KEY_PATTERNS: tuple[tuple[str, str, float], ...] = (
+    ("openai_or_anthropic", r"\bsk-(?:proj-|ant-(?:api\d\d-)?)?[A-Za-z0-9_-]{20,}", 0.9),
+    ("github_token", r"\b(?:gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{40,})\b", 0.95),
+    ("aws_access_key_id", r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b", 0.9),
+    ("google_api_key", r"\bAIza[0-9A-Za-z_-]{35}\b", 0.9),
+    ("slack_token", r"\bxox[abposr]-[0-9A-Za-z-]{10,}\b", 0.9),
+    ("stripe_key", r"\b(?:sk|rk|pk)_(?:live|test)_[0-9A-Za-z]{16,}\b", 0.9),
+    ("huggingface_token", r"\bhf_[A-Za-z0-9]{30,}\b", 0.9),
+    ("jwt", r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}", 0.9),
+    ("bearer_token", r"(?i)\bbearer\s+[A-Za-z0-9._~+/-]{16,}=*", 0.8),
+)
+API_KEY_CONTEXT = ("api", "key", "token", "secret", "bearer", "authorization", "credential")
+
+
+@dataclass(frozen=True)
+class PiiFinding:
+    """One detected span: `text[start:end]` is an `entity_type` value with confidence `score`."""
+
+    entity_type: str
+    start: int
+    end: int
+    score: float
+
+
+# A lone decimal ("0.994553", "1800.0000"): phonenumbers accepts many as short foreign numbers.
+_DECIMAL = re.compile(r"(?<![\d.])\d+\.\d+(?![\d.])")
+_PHONE_SEPARATORS = re.compile(r"\d[-. ]+\d")
+
+
+def _plausible_phone(value: str, has_context: bool) -> bool:
+    """Reject phonenumbers' matches that are numbers in prose, not written-out phone numbers.
+
+    Science and finance prompts are full of digit runs and decimals that some region's numbering
+    plan accepts. Without a context word ("phone", "call", ...) a match must look dialled: a `+`
+    prefix, an area code in parentheses, or at least two separator groups ("415-555-2671").
+    """
+    if _DECIMAL.search(value):
+        return False
+    if has_context:
+        return True
+    return (
+        value.lstrip().startswith("+") or "(" in value or len(_PHONE_SEPARATORS.findall(value)) >= 2
+    )
+
+
+def _has_mixed_chars(value: str) -> bool:
+    """Real tokens mix letters and digits; `Bearer abcdefghijklmnopq` in prose does not."""
+    token = value.split()[-1]
+    return any(c.isdigit() for c in token) and any(c.isalpha() for c in token)
+
+
+def _build_recognizers(entity_types: Collection[str]) -> list[Any]:
+    """Presidio recognizers for the requested entity types (imports presidio lazily)."""
+    try:
+        import tldextract
+        from presidio_analyzer import Pattern, PatternRecognizer
+        from presidio_analyzer.predefined_recognizers import (
+            CreditCardRecognizer,
+            EmailRecognizer,
+            IbanRecognizer,
+            IpRecognizer,
+            PhoneRecognizer,
+            UsSsnRecognizer,
+        )
+    except ImportError as err:  # a packaging error, reported at start-up with the fix
+        raise ImportError(
+            "PII detection needs presidio-analyzer (pip install presidio-analyzer); "
+            "no spaCy model is required"
+        ) from err
+
+    # Empty suffix_list_urls: use the snapshot bundled with tldextract, never the network.
+    offline_tld = tldextract.TLDExtract(suffix_list_urls=(), cache_dir=None)
+
+    class OfflineEmailRecognizer(EmailRecognizer):  # type: ignore[misc]
+        def validate_result(self, pattern_text: str) -> bool:
+            return bool(offline_tld(pattern_text).fqdn)
+
+    class ApiKeyRecognizer(PatternRecognizer):  # type: ignore[misc]
+        def validate_result(self, pattern_text: str) -> bool | None:
+            if pattern_text.lower().startswith("bearer"):
+                return _has_mixed_chars(pattern_text)
+            return None  # vendor prefixes are specific enough; keep the pattern's score
+
+    api_keys = ApiKeyRecognizer(
+        supported_entity="API_KEY",
+        patterns=[Pattern(name, regex, score) for name, regex, score in API_KEY_PATTERNS],
+        context=list(API_KEY_CONTEXT),
+    )
+    available = {
+        "EMAIL_ADDRESS": OfflineEmailRecognizer,
+        "PHONE_NUMBER": PhoneRecognizer,
+        "CREDIT_CARD": CreditCardRecognizer,
+        "US_SSN": UsSsnRecognizer,
+        "IBAN_CODE": IbanRecognizer,
+        "IP_ADDRESS": IpRecognizer,
+    }
+    recognizers = [available[name]() for name in entity_types if name in available]
+    if "API_KEY" in entity_types:
+        recognizers.append(api_keys)
+    return recognizers
+
+
+class PiiDetector:
+    """Detect structured PII in a text; construct once (slow import), call `detect` per request.
+
+    `entity_types=None` means all of `ENTITY_TYPES`; unknown names raise `ValueError`.
+    Findings below `min_score` (after the context boost) are dropped. Thread-safe: `detect`
+    keeps no state between calls.
+    """
+
+    def __init__(
+        self, entity_types: Collection[str] | None = None, min_score: float = DEFAULT_MIN_SCORE
+    ) -> None:
+        chosen = tuple(ENTITY_TYPES if entity_types is None else entity_types)
+        unknown = sorted(set(chosen) - set(ENTITY_TYPES))
+        if unknown:
+            raise ValueError(f"unknown PII entity types {unknown}; known: {list(ENTITY_TYPES)}")
+        self.entity_types: tuple[str, ...] = chosen
+        self.min_score = min_score
+        self._recognizers = _build_recognizers(chosen)
+
+    def detect(self, text: str) -> tuple[PiiFinding, ...]:
+        """Non-overlapping findings in `text`, ordered by start offset."""
+        if not text:
+            return ()
+        lowered = text.lower()
+        candidates: list[PiiFinding] = []
+        for recognizer in self._recognizers:
+            entities = [e for e in recognizer.supported_entities if e in self.entity_types]
+            for result in recognizer.analyze(text, entities=entities, nlp_artifacts=None):
+                score = float(result.score)
+                window = lowered[max(0, result.start - CONTEXT_WINDOW_CHARS) : result.start]
+                context = any(word in window for word in getattr(recognizer, "context", None) or ())
+                if result.entity_type == "PHONE_NUMBER" and not _plausible_phone(
+                    text[result.start : result.end], context
+                ):
+                    continue
+                if context:
+                    score = min(1.0, max(score + CONTEXT_BOOST, MIN_SCORE_WITH_CONTEXT))
+                if score >= self.min_score:
+                    candidates.append(
+                        PiiFinding(result.entity_type, result.start, result.end, round(score, 4))
+                    )
+        return _resolve_overlaps(candidates)
+
+
+def _resolve_overlaps(candidates: list[PiiFinding]) -> tuple[PiiFinding, ...]:
+    """Greedy: highest score first (then longest span); drop anything overlapping a kept one."""
+    kept: list[PiiFinding] = []
+    for finding in sorted(candidates, key=lambda f: (-f.score, f.start - f.end, f.start)):
+        if all(finding.end <= k.start or finding.start >= k.end for k in kept):
+            kept.append(finding)
+    return tuple(sorted(kept, key=lambda f: f.start))

@@ -1,0 +1,106 @@
+"""Split texts into bounded, overlapping token windows and pad them into length-sorted chunks.
+
+Constraints: a text longer than the model window becomes at most `max_windows` windows of
+`max_length` tokens (special tokens included) overlapping by `overlap` tokens; windows beyond the
+bound are dropped and reported (`truncated`), never silently. Before tokenizing, a text is cut at a
+character budget far above what `max_windows` windows can hold, so a 1 MiB prompt cannot stall the
+worker thread in the tokenizer; such a cut also marks the text truncated. Needs a fast
+(Rust-backed) tokenizer, which provides `return_overflowing_tokens`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import torch
+from transformers import PreTrainedTokenizerBase
+
+# English averages ~4 characters per token; 32 leaves room for URLs, code and unusual scripts
+# while still bounding tokenizer work on hostile input.
+CHARS_PER_TOKEN_BUDGET = 32
+
+
+@dataclass(frozen=True)
+class Windows:
+    """Token windows of a batch of texts.
+
+    `rows[i]` are the token ids of window i (special tokens included, unpadded) and `owners[i]` the
+    index of the text it came from; `counts[t]` / `truncated[t]` are per text.
+    """
+
+    rows: tuple[tuple[int, ...], ...]
+    owners: tuple[int, ...]
+    counts: tuple[int, ...]
+    truncated: tuple[bool, ...]
+
+    @property
+    def dropped(self) -> int:
+        """Number of texts that lost content to the window bound."""
+        return sum(self.truncated)
+
+
+def default_overlap(max_length: int) -> int:
+    """Overlap between consecutive windows: 1/8 of the window, so a phrase cut at a border is
+    still seen whole by one window in most cases."""
+    return max(0, max_length // 8)
+
+
+def split_windows(
+    tokenizer: PreTrainedTokenizerBase,
+    texts: Sequence[str],
+    max_length: int,
+    max_windows: int,
+    overlap: int | None = None,
+) -> Windows:
+    """Tokenize `texts` into at most `max_windows` windows each (see module docstring)."""
+    if max_windows < 1:
+        raise ValueError("max_windows must be >= 1")
+    stride = default_overlap(max_length) if overlap is None else overlap
+    char_budget = max_windows * max_length * CHARS_PER_TOKEN_BUDGET
+    clipped = [text[:char_budget] for text in texts]
+    encoded = tokenizer(
+        clipped,
+        truncation=True,
+        max_length=max_length,
+        stride=stride,
+        return_overflowing_tokens=True,
+    )
+    mapping: list[int] = list(encoded["overflow_to_sample_mapping"])
+    ids: list[list[int]] = encoded["input_ids"]
+    seen = [0] * len(texts)
+    rows: list[tuple[int, ...]] = []
+    owners: list[int] = []
+    for row, owner in zip(ids, mapping, strict=True):
+        seen[owner] += 1
+        if seen[owner] <= max_windows:
+            rows.append(tuple(row))
+            owners.append(owner)
+    truncated = tuple(
+        seen[i] > max_windows or len(texts[i]) > char_budget for i in range(len(texts))
+    )
+    counts = tuple(min(n, max_windows) for n in seen)
+    return Windows(tuple(rows), tuple(owners), counts, truncated)
+
+
+def pad_rows(rows: Sequence[Sequence[int]], pad_id: int) -> dict[str, torch.Tensor]:
+    """Right-pad token rows into `input_ids` / `attention_mask` / `token_type_ids` tensors."""
+    width = max((len(r) for r in rows), default=0)
+    input_ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    attention = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, row in enumerate(rows):
+        input_ids[i, : len(row)] = torch.tensor(row, dtype=torch.long)
+        attention[i, : len(row)] = 1
+    return {
+        "input_ids": input_ids,
+        "attention_mask": attention,
+        "token_type_ids": torch.zeros_like(input_ids),
+    }
+
+
+def length_sorted_chunks(windows: Windows, chunk_size: int) -> Iterator[list[int]]:
+    """Row indices in chunks of `chunk_size`, grouped by length so padding stays small."""
+    order = sorted(range(len(windows.rows)), key=lambda i: len(windows.rows[i]))
+    size = max(1, chunk_size)
+    for start in range(0, len(order), size):
+        yield order[start : start + size]

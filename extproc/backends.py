@@ -1,0 +1,126 @@
+"""The backend catalog: config endpoints plus registered workers, their readiness (prober) and
+the endpoint table Envoy reads over EDS; also the ``/health`` report.
+
+Contracts:
+
+* The endpoints of a model are its config ``backend_refs`` plus every registered worker that
+  serves it (one endpoint per worker and model, weight from the worker).
+* The EDS table holds, per model cluster, only endpoints that are ready (their last probe
+  listed the model's provider model id) at their resolved IP; weights carry over. An
+  endpoint that becomes unready or is deregistered leaves it.
+* ``/health`` is ready (HTTP 200) when the router is started, its classifiers are bound and
+  the default model has a ready endpoint; the body says why not otherwise.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from extproc.config import RouterConfig
+from extproc.eds import EdsService, EndpointTable, LbHost
+from extproc.prober import EndpointRef, EndpointStatus, Prober
+from extproc.workers import WorkerRegistry, static_workers
+
+
+def config_refs(config: RouterConfig) -> list[EndpointRef]:
+    return [
+        EndpointRef(t.name, t.provider_model_id, t.cluster, e.name, "config", e.protocol,
+                    e.host, e.port, e.weight)
+        for t in config.models.values() for e in t.endpoints
+    ]
+
+
+class BackendCatalog:
+    def __init__(self, config: RouterConfig, *, state_dir: Path | None,
+                 logger: logging.Logger) -> None:
+        self.config = config
+        self.logger = logger
+        self.table = EndpointTable()
+        self.eds = EdsService(self.table, logger)
+        self.prober = Prober(config.router.probe, logger, self._on_probe)
+        self.registry = WorkerRegistry(config.models, state_dir, logger, self._on_workers)
+
+    async def start(self) -> None:
+        """Load workers (config, then the state file), run the first probe round."""
+        configured, errors = static_workers(self.config.source.workers, self.config.models)
+        for error in errors:  # the loader reported these already; files may have changed
+            self.logger.error("config worker skipped", extra={"error": error})
+        self.registry.load(configured)
+        if self.registry.state_dir is None:
+            self.logger.info("worker registrations are kept in memory only "
+                             "(set router.state_dir or --state-dir to persist them)")
+        self.prober.set_targets(self.refs())
+        await self.prober.start()
+        self._sync_table()
+
+    async def stop(self) -> None:
+        self.eds.close()
+        await self.prober.stop()
+
+    def refs(self) -> list[EndpointRef]:
+        refs = config_refs(self.config)
+        for worker in self.registry.all():
+            for name in worker.models:
+                target = self.config.models[name]
+                refs.append(EndpointRef(name, target.provider_model_id, target.cluster,
+                                        worker.worker_id, "worker", worker.scheme,
+                                        worker.host, worker.port, worker.weight))
+        return refs
+
+    def _on_workers(self) -> None:
+        self.prober.set_targets(self.refs())
+        self._sync_table()
+
+    def _on_probe(self) -> None:
+        self._sync_table()
+
+    def _sync_table(self) -> None:
+        hosts: dict[str, set[LbHost]] = {t.cluster: set() for t in self.config.models.values()}
+        for status in self.prober.statuses():
+            result = status.result
+            if status.ready and result is not None and result.address is not None:
+                hosts[status.ref.cluster].add(
+                    LbHost(result.address, status.ref.port, status.ref.weight))
+        if self.table.update({c: tuple(h) for c, h in hosts.items()}):
+            self.logger.info("endpoints changed", extra={
+                "version": self.table.version,
+                "endpoints": {c: len(h) for c, h in self.table.assignments.items()}})
+
+    def report(self, *, started: bool, bindings: Sequence[Any]) -> tuple[bool, dict[str, Any]]:
+        """The ``/health`` body and whether it means ready."""
+        now = time.time()
+        statuses = self.prober.statuses()
+        models: dict[str, Any] = {}
+        for target in self.config.models.values():
+            mine: list[EndpointStatus] = [s for s in statuses if s.ref.model == target.name]
+            models[target.name] = {
+                "ready": any(s.ready for s in mine),
+                "provider_model_id": target.provider_model_id,
+                "cluster": target.cluster,
+                "endpoints": [s.to_json(now) for s in mine],
+            }
+        default = self.config.default_model.name
+        reasons = []
+        if not started:
+            reasons.append("router not started (classifiers loading or stopping)")
+        if not models[default]["ready"]:
+            why = "; ".join(f"{e['name']}: {e['reason']}" for e in models[default]["endpoints"])
+            reasons.append(f"default model '{default}' has no ready endpoint ({why})")
+        ready = not reasons
+        body = {
+            "status": "ready" if ready else "not_ready",
+            "reasons": reasons,
+            "default_model": default,
+            "classifiers": [
+                {"classifier": b.classifier, "model": b.model, "device": b.device,
+                 "dtype": b.dtype} for b in bindings
+            ],
+            "models": models,
+            "workers": len(self.registry.all()),
+            "endpoint_discovery": self.config.router.endpoint_discovery,
+        }
+        return ready, body

@@ -1,0 +1,78 @@
+"""Decision plugins: what a matched decision does besides choosing a model.
+
+``block`` refuses the request (an OpenAI-style error with the configured status, or a canned
+assistant reply for clients that need a 200, as JSON or SSE to match ``stream``);
+``system_prompt`` inserts or replaces the system message; ``set_headers`` adds upstream
+headers (validated at config load, so no client value reaches a header).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from extproc.decision import Block, SignalResult, SystemPrompt
+from extproc.errors import Blocked
+from extproc.openai_request import Endpoint, OpenAIRequest
+
+_DEBUG_LIMIT = 4096
+
+
+def blocked_error(block: Block) -> Blocked:
+    error = Blocked(block.message, code=block.code)
+    error.status = block.status
+    return error
+
+
+def canned_reply(block: Block, request: OpenAIRequest, model: str) -> tuple[bytes, dict[str, str]]:
+    """A 200 reply holding ``block.message`` as the assistant's answer, shaped like what the
+    client asked for (chat or completions, streamed or not)."""
+    created = int(time.time())
+    ident = f"blocked-{uuid.uuid4().hex[:24]}"
+    chat = request.endpoint is Endpoint.CHAT
+    if request.stream:
+        delta: dict[str, Any] = {"role": "assistant", "content": block.message}
+        choice = ({"index": 0, "delta": delta, "finish_reason": "content_filter"} if chat
+                  else {"index": 0, "text": block.message, "finish_reason": "content_filter"})
+        chunk = {"id": ident, "object": "chat.completion.chunk" if chat else "text_completion",
+                 "created": created, "model": model, "choices": [choice]}
+        body = f"data: {json.dumps(chunk)}\n\ndata: [DONE]\n\n".encode()
+        return body, {"content-type": "text/event-stream", "cache-control": "no-cache"}
+    if chat:
+        choice = {"index": 0, "finish_reason": "content_filter",
+                  "message": {"role": "assistant", "content": block.message}}
+    else:
+        choice = {"index": 0, "finish_reason": "content_filter", "text": block.message}
+    payload = {"id": ident, "object": "chat.completion" if chat else "text_completion",
+               "created": created, "model": model, "choices": [choice],
+               "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}}
+    return json.dumps(payload).encode(), {"content-type": "application/json"}
+
+
+def with_system_prompt(messages: tuple[Any, ...], prompt: SystemPrompt) -> list[Any]:
+    """``insert`` puts our system message first, keeping the client's; ``replace`` swaps the
+    client's system messages for ours (or inserts when there are none)."""
+    ours = {"role": "system", "content": prompt.text}
+    if prompt.mode == "insert":
+        return [ours, *messages]
+    kept = [m for m in messages if not (isinstance(m, dict) and m.get("role") == "system")]
+    return [ours, *kept]
+
+
+def debug_summary(decision: str, results: Mapping[str, SignalResult]) -> str:
+    """Per-signal results for the debug response header: compact ASCII JSON (no control
+    characters can reach the header), bounded in size."""
+    signals = {
+        name: {"matched": r.matched, "score": round(r.score, 4), "label": r.label,
+               **({"error": r.error} if r.error else {})}
+        for name, r in sorted(results.items())
+    }
+    text = json.dumps({"decision": decision, "signals": signals}, ensure_ascii=True,
+                      separators=(",", ":"))
+    if len(text) > _DEBUG_LIMIT:
+        text = json.dumps({"decision": decision, "signals": sorted(signals)[:50],
+                           "truncated": True}, ensure_ascii=True, separators=(",", ":"))
+    return text[:_DEBUG_LIMIT]

@@ -1,0 +1,81 @@
+"""Token windows: counts, overlap, the max_windows bound and the truncation flag."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import AutoTokenizer, PreTrainedTokenizerBase
+
+from classifiers.encoder import bundled_encoder_dir
+from classifiers.runners import forward_rows, rows_by_owner
+from classifiers.windowing import CHARS_PER_TOKEN_BUDGET, pad_rows, split_windows
+
+
+@pytest.fixture(scope="module")
+def tokenizer() -> PreTrainedTokenizerBase:
+    return AutoTokenizer.from_pretrained(str(bundled_encoder_dir()))
+
+
+def test_short_text_is_one_window(tokenizer: PreTrainedTokenizerBase) -> None:
+    windows = split_windows(tokenizer, ["hello world"], max_length=32, max_windows=4)
+    assert windows.counts == (1,)
+    assert windows.truncated == (False,)
+    assert len(windows.rows[0]) == 4  # [CLS] hello world [SEP]
+
+
+def test_long_text_is_split_with_overlap(tokenizer: PreTrainedTokenizerBase) -> None:
+    text = " ".join(["word"] * 100)  # 100 tokens
+    windows = split_windows(tokenizer, [text], max_length=32, max_windows=8, overlap=4)
+    # 30 content tokens per window, advancing 26 each: 100 tokens -> 4 windows
+    assert windows.counts == (4,)
+    assert windows.truncated == (False,)
+    assert all(len(row) <= 32 for row in windows.rows)
+
+
+def test_windows_beyond_bound_are_dropped_and_flagged(tokenizer: PreTrainedTokenizerBase) -> None:
+    texts = ["short", " ".join(["word"] * 500), "also short"]
+    windows = split_windows(tokenizer, texts, max_length=32, max_windows=3)
+    assert windows.counts == (1, 3, 1)
+    assert windows.truncated == (False, True, False)
+    assert [len(rows) for rows in rows_by_owner(windows)] == [1, 3, 1]
+
+
+def test_character_budget_bounds_tokenizer_work(tokenizer: PreTrainedTokenizerBase) -> None:
+    budget = 2 * 16 * CHARS_PER_TOKEN_BUDGET
+    text = " " * (budget + 10) + "word"  # whitespace is free to tokenize, but text was cut
+    windows = split_windows(tokenizer, [text], max_length=16, max_windows=2)
+    assert windows.truncated == (True,)
+
+
+def test_forward_rows_restores_row_order(tokenizer: PreTrainedTokenizerBase) -> None:
+    texts = [" ".join(["word"] * n) for n in (50, 3, 20, 1, 35)]
+    windows = split_windows(tokenizer, texts, max_length=16, max_windows=8)
+
+    def lengths(batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        return batch["attention_mask"].sum(dim=1, keepdim=True).float()
+
+    for chunk_size in (1, 3, 100):  # many chunks, and one chunk that is still length-sorted
+        out = forward_rows(windows, 0, chunk_size, lengths)
+        assert out.squeeze(1).tolist() == [float(len(row)) for row in windows.rows]
+
+
+def test_pad_rows() -> None:
+    batch = pad_rows([[1, 2, 3], [4]], pad_id=0)
+    assert batch["input_ids"].tolist() == [[1, 2, 3], [4, 0, 0]]
+    assert batch["attention_mask"].tolist() == [[1, 1, 1], [1, 0, 0]]
+
+
+def test_forward_rows_pads_token_outputs_across_chunks(
+    tokenizer: PreTrainedTokenizerBase,
+) -> None:
+    texts = [" ".join(["word"] * n) for n in (9, 2, 5)]
+    windows = split_windows(tokenizer, texts, max_length=32, max_windows=1)
+
+    def ids(batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        return batch["input_ids"].unsqueeze(-1).float()  # [n, T, 1]
+
+    out = forward_rows(windows, 0, 1, ids)
+    assert out.shape == (3, 11, 1)
+    for i, row in enumerate(windows.rows):
+        assert out[i, : len(row), 0].tolist() == [float(t) for t in row]
+        assert out[i, len(row) :, 0].sum() == 0

@@ -1,0 +1,192 @@
+"""Worker registration: the validation table (secret-looking metadata included), config
+workers, and the crash-safe state file."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from extproc.config import RouterConfig, load_config_text
+from extproc.config.loader import ConfigError
+from extproc.workers import WorkerError, WorkerRegistry, parse_worker, static_workers
+
+CONFIG = """
+providers:
+  defaults: {model: general}
+  models:
+    - name: general
+      provider_model_id: Qwen/Qwen3-0.6B
+      backend_refs: [{name: g, endpoint: "127.0.0.1:8000"}]
+    - name: acme
+      provider_model_id: acme/model-1
+      backend_refs: [{name: a, endpoint: "127.0.0.1:8001"}]
+"""
+
+
+def example(**changes: Any) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "worker_id": "cuda-01", "worker_type": "nvidia-gpu", "runtime": "cuda",
+        "runtime_endpoint": "http://cuda-worker:8000/v1", "supported_models": ["acme/model-1"],
+        "runtime_config": {"transport": "openai"},
+        "gpu_metadata": {"product": "operator-reported"},
+        "runtime_metadata": {"cuda_version": "operator-reported"},
+    }
+    doc.update(changes)
+    return {k: v for k, v in doc.items() if v is not None}
+
+
+@pytest.fixture(scope="module")
+def config() -> RouterConfig:
+    return load_config_text(CONFIG)
+
+
+def test_the_documented_example_is_accepted(config: RouterConfig) -> None:
+    worker = parse_worker(example(), config.models)
+    assert worker.models == ("acme",)
+    assert (worker.scheme, worker.host, worker.port) == ("http", "cuda-worker", 8000)
+    by_name = parse_worker(example(supported_models=["general", "acme"]), config.models)
+    assert by_name.models == ("general", "acme")
+    ok_meta = {"product": "NVIDIA H100 80GB HBM3", "driver": "550.54.15", "mig": False,
+               "memory_gib": 80, "image": "vllm/vllm-openai:v0.6.3.post1"}
+    parse_worker(example(gpu_metadata=ok_meta, runtime_metadata={"model": "Qwen/Qwen3-8B"}),
+                 config.models)
+
+
+GPU_UUID = "GPU-3f8a1c2e-1b2d-4c5e-9f0a-1234567890ab"
+
+CASES = [
+    # (changes, field, words in the reason)
+    ({"worker_id": None}, "worker_id", "required"),
+    ({"runtime_config": None}, "runtime_config", "required"),
+    ({"worker_id": "bad id!"}, "worker_id", "must match"),
+    ({"worker_id": "x" * 64}, "worker_id", "must match"),
+    ({"nickname": "x"}, "nickname", "unknown field"),
+    ({"runtime_endpoint": "ftp://w:21/v1"}, "runtime_endpoint", "http:// or https://"),
+    ({"runtime_endpoint": "cuda-worker:8000"}, "runtime_endpoint", "http:// or https://"),
+    ({"runtime_endpoint": "http://u:p@w:8000/v1"}, "runtime_endpoint", "credentials"),
+    ({"runtime_endpoint": "http://w:8000/openai/v1"}, "runtime_endpoint", "path must be /v1"),
+    ({"runtime_endpoint": "http://w:99999/v1"}, "runtime_endpoint", "not a valid URL"),
+    ({"runtime_endpoint": "https://w/v1"}, "runtime_endpoint", "served over http"),
+    ({"runtime_config": {"transport": "grpc"}}, "runtime_config.transport", "openai"),
+    ({"supported_models": []}, "supported_models", "list of 1-"),
+    ({"supported_models": ["nope"]}, "supported_models[0]", "unknown model 'nope'"),
+    ({"weight": 0}, "weight", "1-128"),
+    ({"gpu_metadata": "x"}, "gpu_metadata", "JSON object"),
+    ({"gpu_metadata": {f"k{i}": 1 for i in range(33)}}, "gpu_metadata", "at most 32 keys"),
+    ({"gpu_metadata": {"product": "x" * 300}}, "gpu_metadata.product", "at most 256"),
+    ({"gpu_metadata": {"nested": {"a": 1}}}, "gpu_metadata.nested", "strings, numbers"),
+    ({"gpu_metadata": {"bad key": 1}}, "gpu_metadata.bad key", "keys are"),
+    # secrets and identities, by key
+    ({"runtime_metadata": {"hf_token": "x"}}, "runtime_metadata.hf_token", "credential"),
+    ({"runtime_metadata": {"password": "x"}}, "runtime_metadata.password", "credential"),
+    ({"runtime_config": {"transport": "openai", "api_key": "x"}}, "runtime_config.api_key",
+     "credential"),
+    ({"runtime_metadata": {"client_secret": "x"}}, "runtime_metadata.client_secret",
+     "credential"),
+    ({"gpu_metadata": {"serial": "x"}}, "gpu_metadata.serial", "serial numbers and UUIDs"),
+    ({"gpu_metadata": {"gpu_uuid": "x"}}, "gpu_metadata.gpu_uuid", "serial numbers and UUIDs"),
+    # secrets and identities, by value
+    ({"gpu_metadata": {"id": GPU_UUID}}, "gpu_metadata.id", "GPU UUID"),
+    ({"gpu_metadata": {"id": "MIG-3f8a1c2e-1b2d-4c5e-9f0a-1234567890ab"}}, "gpu_metadata.id",
+     "GPU UUID"),
+    ({"gpu_metadata": {"board": "1324021012345"}}, "gpu_metadata.board", "serial number"),
+    ({"runtime_metadata": {"note": "Bearer abc.def"}}, "runtime_metadata.note",
+     "Authorization"),
+    ({"runtime_metadata": {"note": "sk-proj-abcdef123456"}}, "runtime_metadata.note", "API key"),
+    ({"runtime_metadata": {"note": "hf_abcdefghijklmnop"}}, "runtime_metadata.note",
+     "access token"),
+    ({"runtime_metadata": {"note": "aZ8kP2qLm9XvB4nR7tYw1sJd"}}, "runtime_metadata.note",
+     "high-entropy"),
+    ({"runtime_metadata": {"note": "d41d8cd98f00b204e9800998ecf8427e"}}, "runtime_metadata.note",
+     "key or hash"),
+]
+
+
+@pytest.mark.parametrize(("changes", "field", "words"), CASES,
+                         ids=[f"{c[1]}:{c[2]}" for c in CASES])
+def test_rejections_name_the_field_and_why(config: RouterConfig, changes: dict[str, Any],
+                                           field: str, words: str) -> None:
+    with pytest.raises(WorkerError) as info:
+        parse_worker(example(**changes), config.models)
+    assert any(f == field and words in reason for f, reason in info.value.problems), \
+        info.value.problems
+    assert info.value.status == 400
+
+
+def test_every_problem_is_reported(config: RouterConfig) -> None:
+    doc = example(worker_id="bad id", runtime_config={"transport": "x"},
+                  gpu_metadata={"serial": "1"})
+    with pytest.raises(WorkerError) as info:
+        parse_worker(doc, config.models)
+    assert {f for f, _ in info.value.problems} == {
+        "worker_id", "runtime_config.transport", "gpu_metadata.serial"}
+
+
+def test_config_workers_list_and_directory(config: RouterConfig, tmp_path: Path) -> None:
+    workers, errors = static_workers([example(), example(worker_id="b", gpu_metadata={
+        "serial": "1"})], config.models)
+    assert [w.worker_id for w in workers] == ["cuda-01"] and workers[0].source == "config"
+    assert errors == ["workers[1].gpu_metadata.serial: GPU serial numbers and UUIDs are not "
+                      "accepted"]
+    (tmp_path / "a.json").write_text(json.dumps(example()))
+    (tmp_path / "b.json").write_text("{broken")
+    workers, errors = static_workers(str(tmp_path), config.models)
+    assert [w.worker_id for w in workers] == ["cuda-01"]
+    assert len(errors) == 1 and "b.json: cannot read JSON" in errors[0]
+    with pytest.raises(ConfigError, match=r"workers\[0\]\.supported_models\[0\]: unknown"):
+        load_config_text(CONFIG + "workers:\n  - " + json.dumps(example(
+            supported_models=["x"])))
+
+
+async def test_registrations_persist_atomically(config: RouterConfig, tmp_path: Path) -> None:
+    registry = WorkerRegistry(config.models, tmp_path)
+    worker, created = await registry.upsert(example())
+    assert created
+    again, created = await registry.upsert(example(weight=3))
+    assert not created and again.registered_at == worker.registered_at and again.weight == 3
+    await registry.upsert(example(worker_id="cuda-02"))
+    assert [p.name for p in tmp_path.iterdir()] == ["workers.json"]  # no temp files left
+
+    reloaded = WorkerRegistry(config.models, tmp_path)
+    reloaded.load()
+    assert [w.worker_id for w in reloaded.all()] == ["cuda-01", "cuda-02"]
+    restored = reloaded.get("cuda-01")
+    assert restored is not None and restored.weight == 3
+    assert restored.registered_at == worker.registered_at
+    assert await reloaded.remove("cuda-02") is not None
+    after = WorkerRegistry(config.models, tmp_path)
+    after.load()
+    assert [w.worker_id for w in after.all()] == ["cuda-01"]
+
+
+async def test_a_failed_write_keeps_the_old_file(config: RouterConfig, tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    registry = WorkerRegistry(config.models, tmp_path)
+    await registry.upsert(example())
+    before = (tmp_path / "workers.json").read_bytes()
+
+    def crash(*_: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", crash)  # the crash happens between write and rename
+    with pytest.raises(WorkerError) as info:
+        await registry.upsert(example(worker_id="cuda-02"))
+    assert info.value.status == 503
+    assert (tmp_path / "workers.json").read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["workers.json"]
+    assert registry.get("cuda-02") is None  # memory matches what a restart would load
+
+
+async def test_config_workers_are_read_only(config: RouterConfig) -> None:
+    configured, _ = static_workers([example()], config.models)
+    registry = WorkerRegistry(config.models)
+    registry.load(configured)
+    with pytest.raises(WorkerError) as info:
+        await registry.upsert(example())
+    assert info.value.status == 409
+    with pytest.raises(WorkerError):
+        await registry.remove("cuda-01")
