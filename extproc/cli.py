@@ -9,6 +9,7 @@ import signal
 import sys
 from pathlib import Path
 
+from extproc.cli_policy import add_commands as add_policy_commands
 from extproc.config import ConfigError, RouterConfig, load_config
 from extproc.names import DEFAULT_ADMIN_HTTP
 
@@ -153,6 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(func=_cmd_demo)
 
     # Listed for --help only: main() hands "train" to _train before this parser runs.
+    add_policy_commands(commands, _load)
     commands.add_parser("train", help="train a classifier head from labelled JSONL")
     return parser
 
