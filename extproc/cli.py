@@ -65,7 +65,8 @@ def _cmd_render(args: argparse.Namespace) -> int:
     from extproc.envoy_render import bootstrap, fragment, to_yaml
 
     config = _load(args.config)
-    document = fragment(config, args.grpc_address) if args.fragment else bootstrap(config, args.grpc_address)
+    render = fragment if args.fragment else bootstrap
+    document = render(config, args.grpc_address)
     sys.stdout.write(to_yaml(document))
     return 0
 
