@@ -55,6 +55,9 @@ class RouterMetrics:
             ["signal", "kind", "outcome"],
             registry=self.registry,
         )
+        self._reloads = Counter(
+            "semantic_router_config_reloads", "Config reloads by result (ok, failed)",
+            ["result"], registry=self.registry)
         self._shadowed = Counter(
             "semantic_router_shadow_decisions", "Shadow decisions that matched (not applied)",
             ["decision"], registry=self.registry)
@@ -89,6 +92,9 @@ class RouterMetrics:
     def routed(self, outcome: str, reason: str, decision: str, model: str) -> None:
         self._requests.labels(outcome, reason).inc()
         self._decisions.labels(decision, model).inc()
+
+    def config_reload(self, result: str) -> None:
+        self._reloads.labels(result).inc()
 
     def shadowed(self, decision: str) -> None:
         self._shadowed.labels(decision).inc()

@@ -1,0 +1,92 @@
+"""Config hot reload: poll the config file; apply a valid edit atomically, keep serving the
+old config on an invalid one (its YAML-path errors logged, the failure counted).
+
+Streams already open keep the config snapshot they started with; only new streams see the
+new one. What Envoy itself was rendered with (listener, clusters) does not change here: a
+reload that adds models or moves addresses also needs ``envoy render`` and an Envoy reload
+(or EDS), and the reloader says so in its log line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from extproc.config import ConfigError, RouterConfig, load_config
+from extproc.metrics import RouterMetrics
+
+Apply = Callable[[RouterConfig], Awaitable[None]]
+
+
+def _digest(path: Path) -> str | None:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+class ConfigReloader:
+    def __init__(self, path: str | Path, current: RouterConfig, apply: Apply,
+                 metrics: RouterMetrics, logger: logging.Logger,
+                 interval_s: float = 1.0) -> None:
+        self._path = Path(path)
+        self._current = current
+        self._apply = apply
+        self._metrics = metrics
+        self._logger = logger
+        self._interval = interval_s
+        self._seen = _digest(self._path)
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="config-reloader")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self._interval)
+            await self.check_once()
+
+    async def check_once(self) -> str:
+        """``unchanged``, ``applied`` or ``failed``."""
+        digest = _digest(self._path)
+        if digest is None or digest == self._seen:
+            return "unchanged"
+        self._seen = digest
+        try:
+            config = await asyncio.to_thread(load_config, self._path)
+            await self._apply(config)
+        except ConfigError as err:
+            self._metrics.config_reload("failed")
+            self._logger.error("config reload failed; still serving the previous config",
+                               extra={"config": str(self._path), "errors": list(err.errors)})
+            return "failed"
+        except Exception as err:  # e.g. a classifier that fails to load: keep serving
+            self._metrics.config_reload("failed")
+            self._logger.exception("config reload failed; still serving the previous config",
+                                   extra={"config": str(self._path), "error": str(err)})
+            return "failed"
+        self._metrics.config_reload("ok")
+        envoy_changed = _envoy_facing(config) != _envoy_facing(self._current)
+        self._current = config
+        self._logger.info("config reloaded", extra={
+            "config": str(self._path), "summary": config.summary(),
+            "envoy_config_changed": envoy_changed})
+        return "applied"
+
+
+def _envoy_facing(config: RouterConfig) -> tuple[object, ...]:
+    """What the rendered Envoy config depends on (a change needs an Envoy reload too)."""
+    return (config.listener, config.router.failure_mode, config.router.grpc,
+            tuple((m.cluster, m.endpoints) for m in config.models.values()),
+            tuple(sorted(d.name for d in config.decisions)))
