@@ -13,6 +13,7 @@ OpenAI-style ``{"error": {"message", "type", "param", "code"}}`` with the right 
 from __future__ import annotations
 
 import hmac
+import ipaddress
 import json
 import logging
 import os
@@ -47,6 +48,10 @@ class WorkerRoutes:
         if token_env and not self._token:
             logger.warning("admin token variable is empty or unset; worker writes are refused",
                            extra={"admin_token_env": token_env})
+
+    @property
+    def protected(self) -> bool:
+        return bool(self._token_env)
 
     def add_to(self, app: web.Application) -> None:
         app.router.add_post("/v1/workers", self._post)
@@ -105,6 +110,13 @@ class WorkerRoutes:
         return web.json_response({"id": worker.worker_id, "object": "worker", "deleted": True})
 
 
+def _loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
 def _worker_error(err: WorkerError) -> web.Response:
     problems = [{"field": f, "reason": r} for f, r in err.problems]
     return _error(err.status, str(err)[:2000], err.field, err.code, errors=problems)
@@ -147,6 +159,10 @@ class AdminServer:
         server = site._server
         sockets = getattr(server, "sockets", None) or []
         self.port = sockets[0].getsockname()[1] if sockets else port
+        if self._workers is not None and not self._workers.protected and not _loopback(host):
+            logging.getLogger("semantic_router").warning(
+                "admin API listens beyond loopback without router.admin_token_env: anyone who "
+                "reaches it can register workers", extra={"admin": self._address})
 
     async def stop(self) -> None:
         if self._runner is not None:

@@ -86,7 +86,9 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        await serve(config, with_envoy=args.with_envoy, stop=stop)
+        # hot reload watches the file it was started with (not the embedded defaults)
+        path = Path(args.config) if args.config else None
+        await serve(config, with_envoy=args.with_envoy, stop=stop, config_path=path)
 
     asyncio.run(main())
     return 0

@@ -12,12 +12,13 @@ decision header, which is stripped before requests reach a backend.
 from __future__ import annotations
 
 import ipaddress
+from dataclasses import replace
 from typing import Any
 
 import yaml
 
 from extproc.config import RouterConfig
-from extproc.config.runtime import ModelTarget, split_host_port
+from extproc.config.runtime import Endpoint, ModelTarget, split_host_port
 from extproc.names import (
     CLUSTER_HEADER,
     DECISION_HEADER,
@@ -302,11 +303,20 @@ def eds_config(initial_fetch_timeout_s: float = 5.0) -> dict[str, Any]:
 
 
 def model_clusters(config: RouterConfig) -> list[dict[str, Any]]:
-    """One cluster per model: static endpoints, or EDS (``router.endpoint_discovery: eds``)
-    where the router serves only ready endpoints, registered workers included."""
+    """One cluster per model: static endpoints (config workers included), or EDS
+    (``router.endpoint_discovery: eds``) where the router serves only ready endpoints,
+    registered workers included."""
+    from extproc.workers import static_workers  # lazy: only rendering needs it
+
+    extra: dict[str, list[Endpoint]] = {}
+    for worker in static_workers(config.source.workers, config.models)[0]:
+        for name in worker.models:
+            extra.setdefault(name, []).append(Endpoint(
+                worker.worker_id, worker.host, worker.port, worker.scheme, worker.weight))
     out = []
     for target in config.models.values():
-        cluster = model_cluster(target)
+        cluster = model_cluster(
+            replace(target, endpoints=(*target.endpoints, *extra.get(target.name, ()))))
         if config.router.health_check_path:
             cluster["health_checks"] = health_checks(config.router.health_check_path)
         if config.router.endpoint_discovery == "eds":

@@ -18,12 +18,13 @@ import grpc
 
 from extproc.admin import AdminServer, WorkerRoutes
 from extproc.backends import BackendCatalog
-from extproc.classifier_binding import build_engine
+from extproc.classifier_binding import build_engine, classifier_settings, learned_specs
 from extproc.config import RouterConfig
 from extproc.context import build_state
 from extproc.envoy_process import EnvoyProcess
 from extproc.envoy_render import bootstrap, to_yaml
 from extproc.metrics import RouterMetrics
+from extproc.reload import ConfigReloader
 from extproc.servicer import ExtProcServicer, StateHolder, mark_serving, start_grpc_server
 from extproc.signals.evaluator import LearnedEngine
 
@@ -53,6 +54,8 @@ class Router:
         self.backends = BackendCatalog(
             config, state_dir=Path(state) if state else None, logger=self.logger
         )
+        self._holder: StateHolder | None = None
+        self._background: set[asyncio.Task[None]] = set()
         self.grpc_port = 0
         self.ready = False
         self.started_at = 0.0
@@ -70,8 +73,8 @@ class Router:
         if self._engine is None:
             self._engine = await build_engine(self.config, self.logger, self.metrics)
         state = build_state(self.config, self.metrics, self._engine)
-        holder = StateHolder(state)
-        servicer = ExtProcServicer(holder, self.logger)
+        self._holder = StateHolder(state)
+        servicer = ExtProcServicer(self._holder, self.logger)
         # Backends before serving: the first probe round (bounded) decides /health and EDS.
         await self.backends.start()
         self._server, self._health, self.grpc_port = await start_grpc_server(
@@ -99,6 +102,28 @@ class Router:
             },
         )
 
+    async def apply_config(self, config: RouterConfig) -> None:
+        """Swap in a new config atomically. Classifiers are rebuilt (off the event loop,
+        while the old ones keep serving) only when their settings changed; the old engine
+        closes after a grace period so requests already classifying finish."""
+        if self._holder is None:
+            raise RuntimeError("the router is not started")
+        engine = self._engine
+        old_engine = None
+        changed = (classifier_settings(config), learned_specs(config)) != (
+            classifier_settings(self.config), learned_specs(self.config))
+        if changed and self._owns_engine:
+            engine = await build_engine(config, self.logger, self.metrics)
+            old_engine = self._engine
+        state = build_state(config, self.metrics, engine)
+        self._holder.state = state
+        self.config = config
+        self._engine = engine
+        if old_engine is not None and hasattr(old_engine, "close"):
+            task = asyncio.create_task(_close_later(old_engine, 10.0))
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+
     def health(self) -> tuple[bool, dict[str, Any]]:
         """Ready when started (classifiers bound) and the default model has a ready endpoint;
         the body lists classifiers and every model's endpoints with their last probe."""
@@ -124,10 +149,23 @@ def envoy_for(router: Router, config: RouterConfig) -> EnvoyProcess:
     return EnvoyProcess(to_yaml(document), config.listener.admin)
 
 
-async def serve(config: RouterConfig, *, with_envoy: bool, stop: asyncio.Event) -> None:
-    """Run until ``stop`` is set (the CLI sets it on SIGINT/SIGTERM)."""
-    router = Router(config)
+async def _close_later(engine: Any, delay_s: float) -> None:
+    await asyncio.sleep(delay_s)
+    await engine.close()
+
+
+async def serve(config: RouterConfig, *, with_envoy: bool, stop: asyncio.Event,
+                config_path: Path | None = None, state_dir: str | None = None) -> None:
+    """Run until ``stop`` is set (the CLI sets it on SIGINT/SIGTERM), then drain: health
+    turns not-ready first, in-flight streams (long SSE responses included) get
+    ``router.shutdown_grace_s`` to finish, then everything stops."""
+    router = Router(config, state_dir=state_dir)
     await router.start()
+    reloader = None
+    if config_path is not None:
+        reloader = ConfigReloader(config_path, config, router.apply_config, router.metrics,
+                                  router.logger)
+        reloader.start()
     envoy = None
     try:
         if with_envoy:
@@ -144,10 +182,13 @@ async def serve(config: RouterConfig, *, with_envoy: bool, stop: asyncio.Event) 
             )
         await stop.wait()
     finally:
-        router.ready = False
+        if reloader is not None:
+            await reloader.stop()
+        grace = router.config.router.shutdown_grace_s
+        router.logger.info("draining", extra={"grace_s": grace})
+        await router.stop(grace_s=grace)
         if envoy is not None:
             await asyncio.to_thread(envoy.stop)
-        await router.stop()
 
 
 def with_ports(config: RouterConfig, listener: str, admin: str) -> RouterConfig:

@@ -4,7 +4,7 @@ back-off and recovery."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 from aiohttp import web
@@ -27,7 +27,8 @@ async def _error(_: web.Request) -> web.Response:
     return web.Response(status=500)
 
 
-async def _app(handler: web.RequestHandler = _error) -> tuple[web.AppRunner, int]:
+async def _app(handler: Callable[[web.Request], Awaitable[web.Response]] = _error
+               ) -> tuple[web.AppRunner, int]:
     app = web.Application()
     app.router.add_get("/v1/models", handler)
     runner = web.AppRunner(app, shutdown_timeout=0.1)

@@ -101,6 +101,8 @@ class RouterSettings(Strict):
     mode: Literal["enforce", "shadow"] = "enforce"
     # return per-signal results in x-semantic-router-debug when the client sends that header
     debug_header: bool = False
+    # on SIGTERM: health turns not-ready, then in-flight streams get this long to finish
+    shutdown_grace_s: float = Field(default=30.0, ge=0, le=3600)
     # Backends and workers (extproc/prober.py, extproc/workers.py, extproc/eds.py).
     endpoint_discovery: Literal["static", "eds"] = "static"
     health_check_path: str | None = Field(default="/health", pattern=r"^/[!-~]{0,255}$")

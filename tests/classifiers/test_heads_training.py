@@ -72,7 +72,7 @@ def test_load_head_reports_missing_and_mismatched_files(tmp_path: Path) -> None:
     with pytest.raises(HeadFormatError, match="do not match"):
         load_head(out)
     (out / WEIGHTS_FILE).unlink()
-    with pytest.raises(HeadFormatError, match="missing head.safetensors"):
+    with pytest.raises(HeadFormatError, match=r"missing head\.safetensors"):
         load_head(out)
 
 
@@ -109,9 +109,14 @@ def _write(path: Path, rows: list[tuple[str, str]]) -> Path:
 
 
 def test_cli_trains_a_head_from_jsonl(tmp_path: Path) -> None:
-    cooking = ["How long should I bake banana bread?", "Best way to season a cast iron pan?",
-               "How do I make fluffy pancakes?", "What spices go well in lentil soup?",
-               "How do I caramelize onions?", "Recipe for a simple tomato pasta sauce"]
+    cooking = [
+        "How long should I bake banana bread?",
+        "Best way to season a cast iron pan?",
+        "How do I make fluffy pancakes?",
+        "What spices go well in lentil soup?",
+        "How do I caramelize onions?",
+        "Recipe for a simple tomato pasta sauce",
+    ]
     code = ["How do I reverse a list in Python?", "What does a segmentation fault mean in C?",
             "Explain async and await in JavaScript", "How do I write a SQL join?",
             "Fix this Rust borrow checker error", "How do I undo the last git commit?"]  # fmt: skip
@@ -140,7 +145,7 @@ def test_cli_rejects_unknown_labels(tmp_path: Path) -> None:
     args = parser.parse_args(["--data", str(data), "--out", str(tmp_path / "o"), "--labels", "x"])
     assert run(args) == 2
     (tmp_path / "bad.jsonl").write_text('{"text": "no label"}\n')
-    with pytest.raises(ValueError, match="bad.jsonl:1"):
+    with pytest.raises(ValueError, match=r"bad\.jsonl:1"):
         read_jsonl(tmp_path / "bad.jsonl")
 
 

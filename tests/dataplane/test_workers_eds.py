@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -17,6 +18,7 @@ from extproc.simulated_backend import BackendSpec, SimulatedBackend
 from tests.dataplane.conftest import start_stack, stop_stack
 
 pytestmark = pytest.mark.dataplane
+EXAMPLE = Path(__file__).resolve().parents[2] / "config" / "workers-eds.yaml"
 
 CONFIG = """
 listener: {{address: "127.0.0.1:{listener}", admin: "127.0.0.1:{envoy_admin}"}}
@@ -55,6 +57,23 @@ def test_eds_render_validates() -> None:
     assert cluster["ignore_health_on_host_removal"] is True
     part = fragment(config)
     assert {c["name"] for c in part["clusters"]} >= {"general", "code"}
+
+
+@pytest.mark.parametrize("discovery", ["eds", "static"])
+def test_example_config_renders_in_both_modes(discovery: str) -> None:
+    text = EXAMPLE.read_text().replace("endpoint_discovery: eds",
+                                       f"endpoint_discovery: {discovery}")
+    config = load_config_text(text)
+    document = bootstrap(config)
+    ok, output = validate_config(to_yaml(document))
+    assert ok, output
+    acme = next(c for c in document["static_resources"]["clusters"] if c["name"] == "acme")
+    if discovery == "static":  # config workers join the static endpoints
+        ports = [e["endpoint"]["address"]["socket_address"]["port_value"]
+                 for e in acme["load_assignment"]["endpoints"][0]["lb_endpoints"]]
+        assert ports == [8001, 8002]
+    else:
+        assert acme["type"] == "EDS"
 
 
 async def _backend_of(client: httpx.AsyncClient) -> str:
