@@ -94,6 +94,15 @@ def extproc_cluster(config: RouterConfig, grpc_address: str | None = None) -> di
                 {"lb_endpoints": [{"endpoint": {"address": socket_address(host, port)}}]}
             ],
         },
+        # grpc.health.v1: a draining replica turns NOT_SERVING and stops getting new streams
+        # (with every replica unhealthy, Envoy's panic mode still uses them all)
+        "health_checks": [{
+            "timeout": "1s",
+            "interval": "2s",
+            "unhealthy_threshold": 1,
+            "healthy_threshold": 1,
+            "grpc_health_check": {},
+        }],
     }
 
 
