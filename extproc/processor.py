@@ -110,7 +110,10 @@ class StreamProcessor:
             return self._models(method, path)
         endpoint = self._state.endpoints.get(path)
         if endpoint is None:
-            if self._config.router.unknown_paths == "passthrough":
+            router = self._config.router
+            if router.unknown_paths == "passthrough" or path.startswith(
+                tuple(router.passthrough_paths)
+            ):
                 return adapter.skip_rest_response()
             raise NotFound(f"unknown path '{path[:200]}'", code="unknown_url")
         if method != "POST":

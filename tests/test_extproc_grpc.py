@@ -31,7 +31,7 @@ OVERWRITE = core.HeaderValueOptionHeaderAppendAction.OVERWRITE_IF_EXISTS_OR_ADD
 MAX_BYTES = 4096
 CONFIG = f"""\
 listener: {{max_request_bytes: {MAX_BYTES}}}
-router: {{auto_model_names: [auto, vllm-sr/auto]}}
+router: {{auto_model_names: [auto, vllm-sr/auto], passthrough_paths: [/healthz]}}
 providers:
   defaults: {{model: general}}
   models:
@@ -355,6 +355,15 @@ async def test_unknown_path_passes_through_with_mode_override(
     )
     assert responses == [expected]
     await assert_routes(channel)
+
+
+async def test_unknown_path_is_404_by_default(channel: grpc.aio.Channel) -> None:
+    responses = await exchange(channel, [request_headers("POST", "/v1/nope", True)])
+    assert len(responses) == 1
+    immediate_response = responses[0].immediate_response
+    assert immediate_response is not None
+    assert immediate_response.status.code == ST.NotFound  # type: ignore[union-attr]
+    assert json.loads(immediate_response.body)["error"]["code"] == "unknown_url"
 
 
 async def test_garbage_message_ends_only_its_stream(channel: grpc.aio.Channel) -> None:

@@ -93,7 +93,10 @@ class RouterSettings(Strict):
     admin: HostPort = "127.0.0.1:8080"
     auto_model_names: list[Name] = Field(default_factory=lambda: ["auto"], min_length=1)
     failure_mode: Literal["closed", "open"] = "closed"
-    unknown_paths: Literal["passthrough", "reject"] = "passthrough"
+    unknown_paths: Literal["passthrough", "reject"] = "reject"
+    # path prefixes always passed through untouched to the default model (e.g. /v1/embeddings)
+    passthrough_paths: list[Annotated[str, Field(pattern=r"^/[!-~]{0,255}$")]] = Field(
+        default_factory=list, max_length=64)
     text_source: Literal["last_user", "all_user", "conversation"] = "last_user"
     on_overload: Literal["default", "reject"] = "default"
     message_timeout_ms: int = Field(default=2000, ge=50, le=60_000)

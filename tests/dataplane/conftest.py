@@ -28,6 +28,7 @@ router:
   admin: "127.0.0.1:{admin}"
   auto_model_names: [auto, vllm-sr/auto]
   failure_mode: {failure_mode}
+  passthrough_paths: [/health]
 providers:
   defaults: {{model: general}}
   models:

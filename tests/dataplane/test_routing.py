@@ -210,3 +210,39 @@ async def test_backend_down_is_an_openai_error(stack: Stack) -> None:
     response = await post(stack, chat_body("hi", model="reasoning"))
     assert response.status_code == 503
     assert response.json()["error"]["code"] == "upstream_unavailable"
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "content", "headers", "status", "code"),
+    [
+        ("GET", CHAT, b"", {}, 405, "method_not_allowed"),
+        ("PUT", "/v1/completions", b"{}", {}, 405, "method_not_allowed"),
+        ("POST", "/v1/models", b"{}", {}, 405, "method_not_allowed"),
+        ("POST", "/v1/nope", b"{}", {}, 404, "unknown_url"),
+        ("GET", "/", b"", {}, 404, "unknown_url"),
+        ("POST", CHAT, b"model=auto", {"content-type": "application/x-www-form-urlencoded"},
+         415, "unsupported_media_type"),
+        ("POST", CHAT, b"\x1f\x8b\x08\x00", {"content-encoding": "gzip"}, 415,
+         "unsupported_media_type"),
+        ("POST", CHAT, b'{"model": "auto", "messages": "\xff\xfe"}', {}, 400, None),
+        ("POST", CHAT, b'{"model": "auto", "messages": ' + b"[" * 50_000 + b"]" * 50_000 + b"}",
+         {}, 400, None),
+        ("POST", CHAT, b"", {}, 400, None),
+        ("POST", CHAT, b'{"model": "auto", "messages": [{"role": "user", "content": 5}]}', {},
+         400, None),
+        ("POST", CHAT, b'{"model": "auto", "messages": [], "stream": "yes"}', {}, 400, None),
+    ],
+)
+async def test_hostile_requests_get_the_right_status(
+    stack: Stack, method: str, path: str, content: bytes, headers: dict[str, str], status: int,
+    code: str | None,
+) -> None:
+    async with httpx.AsyncClient(base_url=stack.base_url, timeout=10) as client:
+        response = await client.request(method, path, content=content, headers={
+            "content-type": "application/json", **headers})
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert error["code"] == code
+    after = await post(stack, chat_body("python again"))
+    assert after.headers["x-backend-id"] == "code-1"
