@@ -17,6 +17,7 @@ import ipaddress
 import json
 import logging
 import os
+import ssl
 from collections.abc import Callable
 from typing import Any
 
@@ -124,8 +125,10 @@ def _worker_error(err: WorkerError) -> web.Response:
 
 class AdminServer:
     def __init__(self, address: str, health: HealthSource, metrics: Callable[[], bytes],
-                 workers: WorkerRoutes | None = None) -> None:
+                 workers: WorkerRoutes | None = None,
+                 ssl_context: ssl.SSLContext | None = None) -> None:
         self._address = address
+        self._ssl = ssl_context
         self._health = health
         self._metrics = metrics
         self._workers = workers
@@ -154,7 +157,7 @@ class AdminServer:
         host, port = split_host_port(self._address)
         self._runner = web.AppRunner(self._app(), access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, host, port)
+        site = web.TCPSite(self._runner, host, port, ssl_context=self._ssl)
         await site.start()
         server = site._server
         sockets = getattr(server, "sockets", None) or []

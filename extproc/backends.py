@@ -23,6 +23,7 @@ from typing import Any
 from extproc.config import RouterConfig
 from extproc.eds import EdsService, EndpointTable, LbHost
 from extproc.prober import EndpointRef, EndpointStatus, Prober
+from extproc.security import backend_auth
 from extproc.workers import WorkerRegistry, static_workers
 
 
@@ -53,6 +54,7 @@ class BackendCatalog:
         if self.registry.state_dir is None:
             self.logger.info("worker registrations are kept in memory only "
                              "(set router.state_dir or --state-dir to persist them)")
+        self.prober.credentials = backend_auth(self.config)
         self.prober.set_targets(self.refs())
         await self.prober.start()
         self._sync_table()

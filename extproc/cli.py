@@ -63,8 +63,16 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
 def _cmd_render(args: argparse.Namespace) -> int:
     from extproc.envoy_render import bootstrap, fragment, to_yaml
+    from extproc.security import envoy_secret_paths
 
     config = _load(args.config)
+    secret_paths = envoy_secret_paths(config)
+    if secret_paths and not args.include_secrets:
+        print(f"error: the rendered Envoy config would hold secrets in clear (from "
+              f"{', '.join(secret_paths)}); pass --include-secrets to print them, and write "
+              "the output to a file only Envoy's user can read (or use serve --with-envoy)",
+              file=sys.stderr)
+        return 2
     render = fragment if args.fragment else bootstrap
     document = render(config, args.grpc_address)
     sys.stdout.write(to_yaml(document))
@@ -149,6 +157,9 @@ def build_parser() -> argparse.ArgumentParser:
     render.add_argument("--fragment", action="store_true",
                         help="only the filters, clusters and route an existing Envoy needs")
     render.add_argument("--grpc-address", help="where Envoy reaches the router (host:port)")
+    render.add_argument("--include-secrets", action="store_true",
+                        help="print client API keys (listener.auth) and, with fail-open, "
+                        "backend keys in clear; refused without this flag")
     render.set_defaults(func=_cmd_render)
 
     demo = commands.add_parser("demo", help="simulated backends + router + Envoy + samples")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from extproc.config import RouterConfig
@@ -17,6 +17,7 @@ from extproc.decision import Outcome, SignalResult, decide, signals_of
 from extproc.metrics import RouterMetrics
 from extproc.names import CHAT_COMPLETIONS_PATH, COMPLETIONS_PATH
 from extproc.openai_request import Endpoint, TextSource
+from extproc.security import backend_auth
 from extproc.signals.evaluator import LearnedEngine, SignalEvaluator
 
 ENDPOINTS: Mapping[str, Endpoint] = MappingProxyType(
@@ -36,6 +37,8 @@ class RouterState:
     endpoints: Mapping[str, Endpoint]
     models_body: bytes
     model_bodies: Mapping[str, bytes]
+    # ``Bearer <key>`` by model name, from backend_refs' api_key_env (never logged)
+    backend_auth: Mapping[str, str] = field(default_factory=dict, repr=False)
 
     def decide(self, results: Mapping[str, SignalResult]) -> Outcome:
         return decide(self.config.decisions, results, self.config.default_model.name)
@@ -65,6 +68,7 @@ def build_state(
         text_source=TextSource(config.router.text_source),
         endpoints=ENDPOINTS,
         models_body=models_body,
+        backend_auth=backend_auth(config),
         model_bodies=MappingProxyType(
             {name: json.dumps(obj).encode() for name, obj in objects.items()}
         ),

@@ -9,6 +9,7 @@ from typing import Any
 
 from extproc.config import RouterConfig
 from extproc.config.runtime import Endpoint, ModelTarget, split_host_port
+from extproc.config.schema import TlsSettings
 
 EXTPROC_CLUSTER = "semantic_router_extproc"
 SYSTEM_CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
@@ -81,9 +82,35 @@ def model_cluster(target: ModelTarget) -> dict[str, Any]:
     return cluster
 
 
+def router_tls_socket(tls: TlsSettings, host: str) -> dict[str, Any]:
+    """Envoy verifies the router's certificate: chain against ``ca_file`` (default: the system
+    trust store), name against ``server_name`` (default: the gRPC host; an IP is matched as an
+    IP SAN and not sent as SNI), and offers ALPN h2 as gRPC expects."""
+    name = tls.server_name or host
+    context: dict[str, Any] = {
+        "@type": "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3."
+                 "UpstreamTlsContext",
+        "common_tls_context": {
+            "alpn_protocols": ["h2"],
+            "validation_context": {
+                "trusted_ca": {"filename": tls.ca_file or SYSTEM_CA_BUNDLE},
+                "match_typed_subject_alt_names": [{
+                    "san_type": "IP_ADDRESS" if _is_ip(name) else "DNS",
+                    "matcher": {"exact": name}}],
+            },
+        },
+    }
+    if not _is_ip(name):
+        context["sni"] = name
+    return {"name": "envoy.transport_sockets.tls", "typed_config": context}
+
+
 def extproc_cluster(config: RouterConfig, grpc_address: str | None = None) -> dict[str, Any]:
     host, port = split_host_port(grpc_address or config.router.grpc)
+    tls = config.router.tls
+    transport = {"transport_socket": router_tls_socket(tls, host)} if tls else {}
     return {
+        **transport,
         "name": EXTPROC_CLUSTER,
         "type": "STATIC" if _is_ip(host) else "STRICT_DNS",
         "connect_timeout": "1s",

@@ -1,15 +1,28 @@
-"""Envoy HTTP filters the router needs, in chain order: a Lua filter that sets the default
-cluster and drops client-sent routing headers, the ext_proc filter, with fail-open a second
-Lua filter that maps model names while the router is unreachable, and the local-reply
+"""Envoy HTTP filters the router needs, in chain order: with ``listener.auth`` Envoy's own
+api_key_auth filter (client keys inline: see ``extproc.security``), a Lua filter that sets the
+default cluster and drops client-sent routing headers, the ext_proc filter, with fail-open a
+second Lua filter that maps model names while the router is unreachable, and the local-reply
 mapping that gives Envoy's own errors the OpenAI error shape."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from extproc.config import RouterConfig
 from extproc.envoy_clusters import EXTPROC_CLUSTER
-from extproc.names import CLUSTER_HEADER, DECISION_HEADER, IMMEDIATE_DETAILS
+from extproc.names import (
+    AUTHORIZATION_HEADER,
+    CLIENT_ID_HEADER,
+    CLUSTER_HEADER,
+    DECISION_HEADER,
+    IMMEDIATE_DETAILS,
+)
+from extproc.security import ClientKey, Secrets
+
+# response_code_details of Envoy's api_key_auth filter (verified on Envoy 1.40)
+AUTH_DETAILS = {"missing_api_key": "missing API key; send 'Authorization: Bearer <key>'",
+                "unknown_api_key": "incorrect API key provided"}
 
 
 def lua_filter(default_cluster: str) -> dict[str, Any]:
@@ -33,18 +46,22 @@ def _lua_string(value: str) -> str:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def fail_open_lua_filter(config: RouterConfig) -> dict[str, Any]:
+def fail_open_lua_filter(config: RouterConfig,
+                         backend_auth: Mapping[str, str] | None = None) -> dict[str, Any]:
     """After ext_proc, only with fail-open: when the router did not handle a request (no
     decision header), map its ``model`` the way the router would for explicit names, and
-    send auto names to the default model, so the backend gets a model id it serves.
+    send auto names to the default model, so the backend gets a model id it serves, with
+    its ``authorization`` when the model has ``api_key_env`` (``backend_auth``).
 
     A Lua pattern finds the first ``"model": "..."`` in the body: a degraded path that keeps
     clients working while the router is down, not a JSON parser."""
     routes = {name: config.default_model for name in config.auto_names}
     routes.update(config.models)
+    auth = backend_auth or {}
     table = ",\n".join(
         f"  [{_lua_string(name)}] = {{{_lua_string(t.cluster)}, "
-        f"{_lua_string(t.provider_model_id)}}}"
+        f"{_lua_string(t.provider_model_id)}"
+        + (f", {_lua_string(auth[t.name])}}}" if t.name in auth else "}")
         for name, t in sorted(routes.items())
     )
     code = (
@@ -62,6 +79,8 @@ def fail_open_lua_filter(config: RouterConfig) -> dict[str, Any]:
         "  if route == nil then return end\n"
         f'  handle:headers():replace("{CLUSTER_HEADER}", route[1])\n'
         f'  handle:headers():replace("{DECISION_HEADER}", "fail_open")\n'
+        f'  if route[3] ~= nil then handle:headers():replace("{AUTHORIZATION_HEADER}", route[3])'
+        " end\n"
         "  local rewritten = string.sub(text, 1, first - 1) .. '\"model\": \"' .. route[2]"
         " .. '\"' .. string.sub(text, last + 1)\n"
         "  body:setBytes(rewritten)\n"
@@ -90,7 +109,9 @@ def ext_proc_filter(config: RouterConfig) -> dict[str, Any]:
             "allow_mode_override": True,
             "processing_mode": {
                 "request_header_mode": "SEND",
-                "response_header_mode": "SEND",
+                # the response headers come from dynamic metadata (virtual host
+                # response_headers_to_add): one ext_proc message less per request
+                "response_header_mode": "SKIP",
                 "request_body_mode": "BUFFERED",
                 "response_body_mode": "NONE",
                 "request_trailer_mode": "SKIP",
@@ -103,9 +124,30 @@ def ext_proc_filter(config: RouterConfig) -> dict[str, Any]:
     }
 
 
-def http_filters(config: RouterConfig) -> list[dict[str, Any]]:
-    fail_open = [fail_open_lua_filter(config)] if config.router.failure_mode == "open" else []
+def api_key_auth_filter(keys: tuple[ClientKey, ...]) -> dict[str, Any]:
+    """Envoy's own API key check, first in the chain. It reads ``Authorization: Bearer <key>``
+    (the exact ``Bearer `` prefix is stripped; a bare key is accepted too), removes the header
+    before anything else sees it and forwards only the client id."""
+    return {
+        "name": "envoy.filters.http.api_key_auth",
+        "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.filters.http.api_key_auth.v3."
+                     "ApiKeyAuth",
+            "credentials": [{"key": k.key, "client": k.client} for k in keys],
+            "key_sources": [{"header": AUTHORIZATION_HEADER}],
+            "forwarding": {"header": CLIENT_ID_HEADER, "hide_credentials": True},
+        },
+    }
+
+
+def http_filters(config: RouterConfig, secrets: Secrets | None = None) -> list[dict[str, Any]]:
+    """The chain; ``secrets`` holds what auth and the fail-open fallback need in clear."""
+    secrets = secrets or Secrets()
+    auth = [api_key_auth_filter(secrets.client_keys)] if config.listener.auth else []
+    fail_open = ([fail_open_lua_filter(config, secrets.backend_auth)]
+                 if config.router.failure_mode == "open" else [])
     return [
+        *auth,
         lua_filter(config.default_model.cluster),
         ext_proc_filter(config),
         *fail_open,
@@ -141,7 +183,16 @@ def local_reply_config(config: RouterConfig) -> dict[str, Any]:
     ``IMMEDIATE_DETAILS`` and are left as they are."""
     ours = f"response.code_details != '{IMMEDIATE_DETAILS}'"
     limit = config.listener.max_request_bytes
+    auth = [
+        {"filter": _cel(f"response.code_details == '{details}'"),
+         "headers_to_add": [{"header": {"key": "www-authenticate", "value": "Bearer"},
+                             "append_action": "OVERWRITE_IF_EXISTS_OR_ADD"}],
+         "body_format_override": _openai_error(message, "invalid_request_error",
+                                               "invalid_api_key")}
+        for details, message in AUTH_DETAILS.items()
+    ] if config.listener.auth is not None else []
     return {"mappers": [
+        *auth,
         {"filter": _cel("response.code_details == 'request_payload_too_large'"),
          "body_format_override": _openai_error(
              f"request body is larger than the limit of {limit} bytes",

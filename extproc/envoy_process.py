@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import os
 import shutil
 import subprocess
 import tempfile
@@ -82,8 +83,12 @@ class EnvoyProcess:
         return f"http://{self._admin}"
 
     def start(self) -> None:
+        # The config may hold client API keys: only this user may read it (the directory
+        # from mkdtemp is private too).
         config_path = self._workdir / "envoy.yaml"
-        config_path.write_text(self._yaml)
+        fd = os.open(config_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(self._yaml)
         log = self.log_path.open("ab")
         self._process = subprocess.Popen(
             [
@@ -127,13 +132,20 @@ class EnvoyProcess:
             return ""
         return "\n".join(lines[-tail:])
 
-    def stop(self, timeout_s: float = 10.0) -> None:
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process is not None else None
+
+    def stop(self, timeout_s: float = 10.0, *, keep_files: bool = False) -> None:
+        """Stop Envoy, then remove its private work dir (config and, unless a log path was
+        given, the log) so runs leave nothing behind."""
         process = self._process
-        if process is None or process.poll() is not None:
-            return
-        process.terminate()
-        try:
-            process.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=timeout_s)
+        if process is not None and process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=timeout_s)
+        if not keep_files:
+            shutil.rmtree(self._workdir, ignore_errors=True)

@@ -19,7 +19,15 @@ from extproc.config import RouterConfig
 from extproc.config.runtime import split_host_port
 from extproc.envoy_clusters import EXTPROC_CLUSTER, clusters, socket_address
 from extproc.envoy_filters import http_filters, local_reply_config
-from extproc.names import CLUSTER_HEADER, DECISION_HEADER, EXPLICIT_DECISION
+from extproc.names import (
+    CLUSTER_HEADER,
+    DEBUG_HEADER,
+    DECISION_HEADER,
+    EXPLICIT_DECISION,
+    METADATA_NAMESPACE,
+    MODEL_HEADER,
+)
+from extproc.security import Secrets, envoy_secrets
 
 __all__ = ["EXTPROC_CLUSTER", "LISTENER_NAME", "bootstrap", "fragment", "to_yaml"]
 
@@ -80,10 +88,16 @@ def virtual_host(config: RouterConfig) -> dict[str, Any]:
             for name in decisions
         ],
         "request_headers_to_remove": [DECISION_HEADER],
+        "response_headers_to_add": [
+            {"header": {"key": name, "value": f"%DYNAMIC_METADATA({METADATA_NAMESPACE}:{key})%"},
+             "append_action": "OVERWRITE_IF_EXISTS_OR_ADD"}
+            for name, key in ((MODEL_HEADER, "model"), (DECISION_HEADER, "decision"),
+                              (DEBUG_HEADER, "debug"))
+        ],
     }
 
 
-def listener(config: RouterConfig) -> dict[str, Any]:
+def listener(config: RouterConfig, secrets: Secrets | None = None) -> dict[str, Any]:
     host, port = split_host_port(config.listener.address)
     return {
         "name": LISTENER_NAME,
@@ -113,7 +127,7 @@ def listener(config: RouterConfig) -> dict[str, Any]:
                                 "name": LISTENER_NAME,
                                 "virtual_hosts": [virtual_host(config)],
                             },
-                            "http_filters": http_filters(config),
+                            "http_filters": http_filters(config, secrets),
                         },
                     }
                 ]
@@ -122,24 +136,30 @@ def listener(config: RouterConfig) -> dict[str, Any]:
     }
 
 
-def bootstrap(config: RouterConfig, grpc_address: str | None = None) -> dict[str, Any]:
-    """A complete Envoy bootstrap; ``grpc_address`` overrides where the router listens."""
+def bootstrap(config: RouterConfig, grpc_address: str | None = None,
+              secrets: Secrets | None = None) -> dict[str, Any]:
+    """A complete Envoy bootstrap; ``grpc_address`` overrides where the router listens.
+    ``secrets`` (default: read from the files and variables the config names) are written
+    in clear: client API keys and, with fail-open, backend keys (see ``envoy_secret_paths``)."""
+    secrets = secrets if secrets is not None else envoy_secrets(config)
     admin_host, admin_port = split_host_port(config.listener.admin)
     return {
         "node": {"id": "semantic-router-envoy", "cluster": "semantic-router"},
         "admin": {"address": socket_address(admin_host, admin_port)},
         "static_resources": {
-            "listeners": [listener(config)],
+            "listeners": [listener(config, secrets)],
             "clusters": clusters(config, grpc_address),
         },
     }
 
 
-def fragment(config: RouterConfig, grpc_address: str | None = None) -> dict[str, Any]:
+def fragment(config: RouterConfig, grpc_address: str | None = None,
+             secrets: Secrets | None = None) -> dict[str, Any]:
     """What an existing Envoy needs: add the filters before its router filter, the clusters
     to its clusters and the virtual host (or its route) to its route config."""
+    secrets = secrets if secrets is not None else envoy_secrets(config)
     return {
-        "http_filters": http_filters(config)[:-1],
+        "http_filters": http_filters(config, secrets)[:-1],
         "clusters": clusters(config, grpc_address),
         "virtual_host": virtual_host(config),
     }

@@ -6,9 +6,13 @@ callers pass only what is safe to print (prompts only at debug level, never cred
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import json
 import logging
+import queue
 import sys
+import threading
 import time
 from typing import Any
 
@@ -63,10 +67,56 @@ class TextFormatter(logging.Formatter):
         return line
 
 
+class BackgroundHandler(logging.Handler):
+    """Formats and writes records on its own thread, so the event loop only enqueues.
+
+    The queue is bounded: when it is full (a stalled stderr), records are dropped and
+    counted, and the count is reported once the writer catches up, never silently."""
+
+    def __init__(self, target: logging.Handler, capacity: int = 10_000) -> None:
+        super().__init__()
+        self._target = target
+        self._queue: queue.Queue[logging.LogRecord | None] = queue.Queue(capacity)
+        self.dropped = 0
+        self._thread = threading.Thread(target=self._run, name="log-writer", daemon=True)
+        self._thread.start()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self._queue.put_nowait(record)
+        except queue.Full:
+            self.dropped += 1
+
+    def _run(self) -> None:
+        reported = 0
+        while True:
+            record = self._queue.get()
+            if record is None:
+                return
+            self._target.handle(record)
+            if self.dropped != reported:
+                lost = self.dropped - reported
+                reported = self.dropped
+                self._target.handle(logging.makeLogRecord({
+                    "name": "semantic_router.logs", "levelno": logging.WARNING,
+                    "levelname": "WARNING", "msg": f"{lost} log records dropped (queue full)"}))
+
+    def close(self) -> None:
+        with contextlib.suppress(queue.Full):
+            self._queue.put(None, timeout=1.0)
+        self._thread.join(timeout=2.0)
+        self._target.flush()
+        super().close()
+
+
 def configure_logging(fmt: str = "json", level: str = "info") -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
+    stream = logging.StreamHandler(sys.stderr)
+    stream.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
+    handler = BackgroundHandler(stream)
+    atexit.register(handler.close)
     root = logging.getLogger()
+    for old in root.handlers:
+        old.close()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
     for noisy in ("aiohttp.access", "grpc", "urllib3", "httpx"):

@@ -6,6 +6,8 @@ names come from config, never from clients.
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
 _LATENCY_BUCKETS = (
@@ -30,6 +32,9 @@ _LATENCY_BUCKETS = (
 class RouterMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
+        # bounded by config (decisions x models) and the fixed outcome/phase sets
+        self._routed_children: dict[tuple[str, str, str, str], tuple[Any, Any]] = {}
+        self._phase_children: dict[str, Any] = {}
         self._requests = Counter(
             "semantic_router_requests",
             "Requests by outcome (routed, explicit, default, unclassified, rejected) and reason",
@@ -90,8 +95,15 @@ class RouterMetrics:
         self._truncations.labels(classifier).inc()
 
     def routed(self, outcome: str, reason: str, decision: str, model: str) -> None:
-        self._requests.labels(outcome, reason).inc()
-        self._decisions.labels(decision, model).inc()
+        # label children are cached: labels() costs a lock and a tuple build per call
+        key = (outcome, reason, decision, model)
+        children = self._routed_children.get(key)
+        if children is None:
+            children = (self._requests.labels(outcome, reason),
+                        self._decisions.labels(decision, model))
+            self._routed_children[key] = children
+        children[0].inc()
+        children[1].inc()
 
     def config_reload(self, result: str) -> None:
         self._reloads.labels(result).inc()
@@ -103,7 +115,10 @@ class RouterMetrics:
         self._requests.labels("rejected", error_type).inc()
 
     def phase_seconds(self, phase: str, seconds: float) -> None:
-        self._phase.labels(phase).observe(seconds)
+        child = self._phase_children.get(phase)
+        if child is None:
+            child = self._phase_children[phase] = self._phase.labels(phase)
+        child.observe(seconds)
 
     def signal_error(self, signal: str, kind: str, outcome: str) -> None:
         self._signal_errors.labels(signal, kind, outcome).inc()

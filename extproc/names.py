@@ -22,6 +22,9 @@ MODEL_HEADER: Final = "x-semantic-router-model"
 DECISION_HEADER: Final = "x-semantic-router-decision"
 DEBUG_HEADER: Final = "x-semantic-router-debug"
 REQUEST_ID_HEADER: Final = "x-request-id"
+CLIENT_ID_HEADER: Final = "x-client-id"
+"""Set by Envoy's api_key_auth filter to the authenticated client id (never the key)."""
+AUTHORIZATION_HEADER: Final = "authorization"
 
 DEFAULT_AUTO_NAMES: Final = ("auto",)
 DEFAULT_DECISION: Final = "default"

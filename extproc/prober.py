@@ -26,7 +26,7 @@ import json
 import logging
 import socket
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import aiohttp
@@ -129,11 +129,13 @@ def _connect_reason(err: aiohttp.ClientConnectorError) -> str:
     return f"cannot connect: {detail}"
 
 
-async def fetch_models(session: aiohttp.ClientSession, url: str,
-                       timeout_s: float) -> tuple[tuple[str, ...] | None, str]:
+async def fetch_models(session: aiohttp.ClientSession, url: str, timeout_s: float,
+                       authorization: str | None = None) -> tuple[tuple[str, ...] | None, str]:
     """``GET url``: the listed model ids and "", or None and the reason in words."""
+    headers = {"authorization": authorization} if authorization else None
     try:
-        async with asyncio.timeout(timeout_s), session.get(url, allow_redirects=False) as resp:
+        async with asyncio.timeout(timeout_s), session.get(
+                url, allow_redirects=False, headers=headers) as resp:
             if resp.status != 200:
                 return None, f"HTTP {resp.status} from {url}"
             raw = await resp.content.read(MAX_MODELS_BYTES + 1)
@@ -184,6 +186,8 @@ class Prober:
     settings: ProbeSettings
     logger: logging.Logger = field(default_factory=lambda: logging.getLogger("semantic_router"))
     on_change: Callable[[], None] = lambda: None
+    # ``Bearer <key>`` by model name (backend_refs' api_key_env): sent with each probe
+    credentials: Mapping[str, str] = field(default_factory=dict, repr=False)
     _refs: tuple[EndpointRef, ...] = ()
     _states: dict[EndpointKey, _State] = field(default_factory=dict)
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
@@ -260,8 +264,11 @@ class Prober:
             except (OSError, TimeoutError):
                 address, ids, error = None, None, f"cannot resolve host '{host}'"
             else:
+                auth = next((self.credentials[r.model] for r in self._refs
+                             if r.key == key and r.model in self.credentials), None)
                 ids, error = await fetch_models(
-                    self._session, models_url(scheme, host, port), self.settings.timeout_s)
+                    self._session, models_url(scheme, host, port), self.settings.timeout_s,
+                    auth)
             result = ProbeResult(ids, error, time.time(),
                                  (time.perf_counter() - started) * 1000, address)
             self._record(key, state, result)

@@ -28,6 +28,7 @@ from extproc.errors import (
     UnsupportedMediaType,
 )
 from extproc.names import (
+    AUTHORIZATION_HEADER,
     CLUSTER_HEADER,
     DEBUG_HEADER,
     DECISION_HEADER,
@@ -166,8 +167,14 @@ class StreamProcessor:
         route = await self._route(request)
         self.route = route
         self._record(route, request)
-        if route.outcome == "shadow":
-            return adapter.continue_response(Phase.REQUEST_BODY)  # observe only
+        if route.outcome == "shadow":  # observe only: nothing is rewritten or routed
+            shadow: dict[str, str | float | bool] = {
+                "outcome": "shadow", "shadowed": ",".join(route.shadowed)}
+            if route.debug:
+                shadow["debug"] = route.debug
+            return adapter.continue_response(Phase.REQUEST_BODY, Mutations(
+                set_headers=self._backend_auth(self._config.default_model.name),
+                dynamic_metadata={METADATA_NAMESPACE: shadow}))
         block = route.plugins.block
         if block is not None:
             if block.respond == "error":
@@ -181,15 +188,30 @@ class StreamProcessor:
             set_headers={
                 **dict(route.plugins.set_headers),
                 CLUSTER_HEADER: target.cluster,
+                **self._backend_auth(target.name),
                 DECISION_HEADER: route.decision,
             },
             body=request.rewrite(target.provider_model_id, messages),
             clear_route_cache=True,
-            dynamic_metadata={METADATA_NAMESPACE: {
-                "decision": route.decision, "model": route.model, "outcome": route.outcome,
-                "shadowed": ",".join(route.shadowed)}},
+            dynamic_metadata={METADATA_NAMESPACE: self._metadata(route)},
         )
         return adapter.continue_response(Phase.REQUEST_BODY, mutations)
+
+    def _backend_auth(self, model: str) -> dict[str, str]:
+        """The model's own credentials (``api_key_env``), replacing whatever came upstream."""
+        value = self._state.backend_auth.get(model)
+        return {AUTHORIZATION_HEADER: value} if value else {}
+
+    @staticmethod
+    def _metadata(route: Route) -> dict[str, str | float | bool]:
+        """Read by Envoy's access log and by the virtual host's response_headers_to_add
+        (x-semantic-router-model, -decision and, when asked for, -debug)."""
+        metadata: dict[str, str | float | bool] = {
+            "decision": route.decision, "model": route.model, "outcome": route.outcome,
+            "shadowed": ",".join(route.shadowed)}
+        if route.debug:
+            metadata["debug"] = route.debug
+        return metadata
 
     def _record(self, route: Route, request: OpenAIRequest) -> None:
         metrics = self._state.metrics

@@ -25,6 +25,13 @@ from extproc.envoy_process import EnvoyProcess
 from extproc.envoy_render import bootstrap, to_yaml
 from extproc.metrics import RouterMetrics
 from extproc.reload import ConfigReloader
+from extproc.security import (
+    Secrets,
+    backend_auth,
+    envoy_secrets,
+    grpc_server_credentials,
+    server_ssl_context,
+)
 from extproc.servicer import ExtProcServicer, StateHolder, mark_serving, start_grpc_server
 from extproc.signals.evaluator import LearnedEngine
 
@@ -70,6 +77,11 @@ class Router:
         return f"{host}:{self.grpc_port}"
 
     async def start(self) -> None:
+        # secrets and TLS files first, so a missing one fails before classifiers load
+        backend_auth(self.config)
+        tls = self.config.router.tls
+        credentials = grpc_server_credentials(tls) if tls else None
+        ssl_context = server_ssl_context(tls) if tls else None
         if self._engine is None:
             self._engine = await build_engine(self.config, self.logger, self.metrics)
         state = build_state(self.config, self.metrics, self._engine)
@@ -82,12 +94,14 @@ class Router:
             servicer,
             self.config.listener.max_request_bytes,
             (self.backends.eds.handler(),),
+            credentials,
         )
         workers = WorkerRoutes(
             self.backends.registry, self.config.router.admin_token_env, self.logger
         )
         self._admin = AdminServer(
-            self._admin_address, self.health, self.metrics.exposition, workers
+            self._admin_address, self.health, self.metrics.exposition, workers,
+            ssl_context,
         )
         await self._admin.start()
         await mark_serving(self._health, True)
@@ -143,9 +157,11 @@ class Router:
             await self._engine.close()
 
 
-def envoy_for(router: Router, config: RouterConfig) -> EnvoyProcess:
-    """A bundled Envoy wired to this router's actual gRPC port."""
-    document = bootstrap(config, grpc_address=router.grpc_address)
+def envoy_for(router: Router, config: RouterConfig,
+              secrets: Secrets | None = None) -> EnvoyProcess:
+    """A bundled Envoy wired to this router's actual gRPC port. Its config (client keys
+    included) goes to a 0600 file in a private temporary directory."""
+    document = bootstrap(config, grpc_address=router.grpc_address, secrets=secrets)
     return EnvoyProcess(to_yaml(document), config.listener.admin)
 
 
@@ -159,6 +175,7 @@ async def serve(config: RouterConfig, *, with_envoy: bool, stop: asyncio.Event,
     """Run until ``stop`` is set (the CLI sets it on SIGINT/SIGTERM), then drain: health
     turns not-ready first, in-flight streams (long SSE responses included) get
     ``router.shutdown_grace_s`` to finish, then everything stops."""
+    secrets = envoy_secrets(config) if with_envoy else None  # a missing key fails here
     router = Router(config, state_dir=state_dir)
     await router.start()
     reloader = None
@@ -169,7 +186,7 @@ async def serve(config: RouterConfig, *, with_envoy: bool, stop: asyncio.Event,
     envoy = None
     try:
         if with_envoy:
-            envoy = envoy_for(router, config)
+            envoy = envoy_for(router, config, secrets)
             envoy.start()
             await envoy.wait_ready()
             router.logger.info(

@@ -78,9 +78,11 @@ async def start_grpc_server(
     servicer: ExtProcServicer,
     max_message_bytes: int,
     extra_handlers: tuple[grpc.GenericRpcHandler, ...] = (),
+    credentials: grpc.ServerCredentials | None = None,
 ) -> tuple[grpc.aio.Server, HealthServicer, int]:
     """Start the server; returns it, its health servicer (NOT_SERVING until the caller marks
-    it ready) and the bound port. ``extra_handlers`` (e.g. EDS) are served alongside."""
+    it ready) and the bound port. ``extra_handlers`` (e.g. EDS) are served alongside;
+    ``credentials`` serve TLS instead of plaintext."""
     limit = max_message_bytes + 64 * 1024  # the body plus the message's own framing
     server = grpc.aio.server(
         options=[
@@ -92,7 +94,10 @@ async def start_grpc_server(
     server.add_generic_rpc_handlers((servicer.handler(), *extra_handlers))
     health = HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
-    port = server.add_insecure_port(address)
+    if credentials is not None:
+        port = server.add_secure_port(address, credentials)
+    else:
+        port = server.add_insecure_port(address)
     if port == 0:
         raise OSError(f"cannot bind the gRPC server to {address}")
     await health.set("", health_pb2.HealthCheckResponse.NOT_SERVING)

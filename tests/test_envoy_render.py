@@ -101,7 +101,7 @@ def test_ext_proc_filter_wire_facts(config: RouterConfig) -> None:
     typed = filters[ext_proc]["typed_config"]
     assert typed["processing_mode"] == {
         "request_header_mode": "SEND",
-        "response_header_mode": "SEND",
+        "response_header_mode": "SKIP",
         "request_body_mode": "BUFFERED",
         "response_body_mode": "NONE",
         "request_trailer_mode": "SKIP",

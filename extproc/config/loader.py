@@ -180,6 +180,9 @@ def _models(parsed: RouterFile, errors: list[str]) -> dict[str, ModelTarget]:
         if len(protocols) > 1:
             errors.append(f"{path}.backend_refs: mixes http and https; one Envoy cluster "
                           "speaks one protocol")
+        if len({ref.api_key_env for ref in model.backend_refs}) > 1:
+            errors.append(f"{path}.backend_refs: api_key_env differs between refs; one Envoy "
+                          "cluster gets one authorization header")
         endpoints = []
         for ref in model.backend_refs:
             host, port = split_host_port(ref.endpoint)

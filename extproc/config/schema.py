@@ -32,6 +32,7 @@ def _port_in_range(value: str) -> str:
 
 Name = Annotated[str, Field(pattern=NAME_PATTERN)]
 HostPort = Annotated[str, Field(pattern=HOST_PORT_PATTERN), AfterValidator(_port_in_range)]
+EnvName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")]
 
 
 class Strict(BaseModel):
@@ -46,6 +47,8 @@ class BackendRef(Strict):
     protocol: Literal["http", "https"] = "http"
     provider: str = "vllm"
     weight: int = Field(default=1, ge=1, le=128)
+    # the backend's API key, read from this environment variable at start-up
+    api_key_env: EnvName | None = None
 
 
 class ProviderModel(Strict):
@@ -71,10 +74,36 @@ class Providers(Strict):
     models: list[ProviderModel] = Field(min_length=1)
 
 
+class AuthSettings(Strict):
+    """Client API keys, checked by Envoy's api_key_auth filter: a file (one key per line,
+    optionally ``client:key``) and/or an environment variable (comma-separated). Keys are
+    never written in the router config itself."""
+
+    api_keys_file: str | None = None
+    api_keys_env: EnvName | None = None
+
+    @model_validator(mode="after")
+    def _a_source(self) -> AuthSettings:
+        if self.api_keys_file is None and self.api_keys_env is None:
+            raise ValueError("set api_keys_file, api_keys_env or both")
+        return self
+
+
+class TlsSettings(Strict):
+    """TLS for the router's gRPC and admin ports; Envoy verifies the router against
+    ``ca_file`` (default: the system trust store) and ``server_name`` (default: the gRPC host)."""
+
+    cert_file: str
+    key_file: str
+    ca_file: str | None = None
+    server_name: str | None = Field(default=None, pattern=r"^[A-Za-z0-9.\-:]{1,253}$")
+
+
 class ListenerSettings(Strict):
     address: HostPort = "127.0.0.1:8899"
     admin: HostPort = "127.0.0.1:9901"
     max_request_bytes: int = Field(default=8 * 1024 * 1024, ge=1024, le=256 * 1024 * 1024)
+    auth: AuthSettings | None = None
 
 
 class ProbeSettings(Strict):
@@ -112,6 +141,7 @@ class RouterSettings(Strict):
     admin_token_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
     state_dir: str | None = None
     probe: ProbeSettings = ProbeSettings()
+    tls: TlsSettings | None = None
 
 
 class BatchingConfig(Strict):
