@@ -76,6 +76,7 @@ class EnvoyProcess:
         self._log_level = log_level
         self._workdir = Path(tempfile.mkdtemp(prefix="semantic-router-envoy-"))
         self.log_path = log_path or self._workdir / "envoy.log"
+        self.config_path = self._workdir / "envoy.yaml"
         self._process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -85,7 +86,7 @@ class EnvoyProcess:
     def start(self) -> None:
         # The config may hold client API keys: only this user may read it (the directory
         # from mkdtemp is private too).
-        config_path = self._workdir / "envoy.yaml"
+        config_path = self.config_path
         fd = os.open(config_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as handle:
             handle.write(self._yaml)

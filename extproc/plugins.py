@@ -16,13 +16,15 @@ from typing import Any
 
 from extproc.decision import Block, SignalResult, SystemPrompt
 from extproc.errors import Blocked
+from extproc.names import DECISION_HEADER
 from extproc.openai_request import Endpoint, OpenAIRequest
 
 _DEBUG_LIMIT = 4096
 
 
-def blocked_error(block: Block) -> Blocked:
-    error = Blocked(block.message, code=block.code)
+def blocked_error(block: Block, decision: str) -> Blocked:
+    """The configured error; the decision's name rides along in the decision header."""
+    error = Blocked(block.message, code=block.code, headers={DECISION_HEADER: decision})
     error.status = block.status
     return error
 

@@ -178,8 +178,9 @@ class StreamProcessor:
         block = route.plugins.block
         if block is not None:
             if block.respond == "error":
-                raise blocked_error(block)
+                raise blocked_error(block, route.decision)
             body, headers = canned_reply(block, request, route.decision)
+            headers[DECISION_HEADER] = route.decision
             return adapter.immediate_response(200, body, headers, IMMEDIATE_DETAILS)
         target = self._config.models[route.model]
         prompt = route.plugins.system_prompt

@@ -71,6 +71,7 @@ async def test_block_plugins(policy: Stack) -> None:
     assert refused.status_code == 403
     assert refused.json()["error"]["code"] == "jailbreak_detected"
     assert refused.json()["error"]["message"] == "request refused"
+    assert refused.headers["x-semantic-router-decision"] == "jailbreak"
     card = await _chat(policy, "charge 4111 1111 1111 1111 for the python course")
     assert card.status_code == 422
     assert card.json()["error"]["code"] == "pii_not_allowed"

@@ -110,6 +110,9 @@ async def test_keys_are_checked_hidden_and_never_leak(
         for response in seen:
             _assert_clean(f"{response.request.url}", _response_text(response))
         _assert_clean("Envoy's log", Path(stack.envoy.log_path).read_text(errors="replace"))
+        # the rendered config holds the client keys: private file in a private directory
+        assert stack.envoy.config_path.stat().st_mode & 0o777 == 0o600
+        assert stack.envoy.config_path.parent.stat().st_mode & 0o777 == 0o700
         assert caplog.records
         for record in caplog.records:
             _assert_clean(f"log record {record.name}", f"{record.getMessage()} {record.__dict__}")
