@@ -10,7 +10,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install test demo lint bench fuzz clean k8s-manifests
+.PHONY: install test demo lint bench soak fuzz clean k8s-manifests
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,11 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/codec.py
 	$(BIN)/python bench/classifiers.py
+	$(BIN)/python bench/classifiers.py --long
+	$(BIN)/python bench/overhead.py
+
+soak: $(STAMP)
+	$(BIN)/python bench/soak.py --duration 300 --concurrency 64
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
