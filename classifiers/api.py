@@ -56,9 +56,7 @@ class LearnedSignalSpec:
     kind: SignalKind
     model: str | None = None
     threshold: float = 0.5
-    examples: Mapping[str, tuple[str, ...]] = field(
-        default_factory=lambda: MappingProxyType({})
-    )
+    examples: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: MappingProxyType({}))
     device: str | None = None
 
 

@@ -106,8 +106,9 @@ class BatchQueue(Generic[I, R]):
         if thread is not None:
             await asyncio.to_thread(thread.join, _JOIN_TIMEOUT_S)
             if thread.is_alive():
-                _log.warning("classifier worker %s did not stop within %ss", self.name,
-                             _JOIN_TIMEOUT_S)
+                _log.warning(
+                    "classifier worker %s did not stop within %ss", self.name, _JOIN_TIMEOUT_S
+                )
         self._thread = None
 
     def depth(self) -> int:
@@ -180,8 +181,12 @@ class BatchQueue(Generic[I, R]):
                 )
         except Exception as err:  # every caller of this batch must learn of the failure
             _log.exception("classifier %s: batch of %d failed", self.name, len(batch))
-            error = err if isinstance(err, ClassifierError) else ClassifierError(
-                f"{self.name}: forward pass failed: {type(err).__name__}: {err}"
+            error = (
+                err
+                if isinstance(err, ClassifierError)
+                else ClassifierError(
+                    f"{self.name}: forward pass failed: {type(err).__name__}: {err}"
+                )
             )
             if error is not err:
                 error.__cause__ = err

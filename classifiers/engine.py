@@ -69,8 +69,12 @@ def _load_head_signal(
     if not (head_dir / "head.json").is_file():
         raise ClassifierError(
             f"{spec.kind} signal {spec.name!r}: no head at {head_dir} "
-            + ("(the bundled default head is missing; train it with `semantic-router train` "
-               "or set `model:` to a head directory)" if spec.model is None else "")
+            + (
+                "(the bundled default head is missing; train it with `semantic-router train` "
+                "or set `model:` to a head directory)"
+                if spec.model is None
+                else ""
+            )
         )
     config = read_head_config(head_dir)
     if int(config["input_dim"]) != encoder.dim or config.get("pooling", "mean") != "mean":
@@ -81,10 +85,16 @@ def _load_head_signal(
         )
     if config["encoder"] != encoder.model_id:
         # Same width but another encoder: usually a local copy of the same model, so warn only.
-        logger.warning(json.dumps({
-            "event": "head_encoder_mismatch", "classifier": spec.name,
-            "head_encoder": config["encoder"], "encoder": encoder.model_id,
-        }))
+        logger.warning(
+            json.dumps(
+                {
+                    "event": "head_encoder_mismatch",
+                    "classifier": spec.name,
+                    "head_encoder": config["encoder"],
+                    "encoder": encoder.model_id,
+                }
+            )
+        )
     head = load_head(head_dir).to(encoder.device, torch.float32).eval()
     if spec.kind == "domain":
         return DomainSignal(spec.name, head, spec.threshold)
@@ -164,8 +174,11 @@ class SignalEngine:
             bindings.append(binding)
         for binding in bindings:
             fields = {
-                "event": "model_binding_ready", "classifier": binding.classifier,
-                "model": binding.model, "device": binding.device, "dtype": binding.dtype,
+                "event": "model_binding_ready",
+                "classifier": binding.classifier,
+                "model": binding.model,
+                "device": binding.device,
+                "dtype": binding.dtype,
                 "load_seconds": round(binding.load_seconds, 3),
             }
             # The message is the JSON line itself (plain formatters print it as is); the same
@@ -298,4 +311,3 @@ def _build_model(
     return runner, Binding(
         spec.name, spec.model, str(device), "int8" if quantize else dtype_name(dtype), seconds
     )
-

@@ -16,7 +16,7 @@ Heads must stay small (`MAX_HEAD_BYTES`), because the defaults are committed to 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, cast
@@ -123,11 +123,54 @@ def _card_markdown(config: Mapping[str, Any], card: Mapping[str, Any]) -> str:
     sections = card.get("sections", {})
     for heading, body in cast(Mapping[str, str], sections).items():
         lines += [f"## {heading}", "", body.rstrip(), ""]
-    metrics = config.get("metrics") or {}
-    if metrics:
-        lines += ["## Metrics (machine-readable copy in head.json)", "", "```json"]
-        lines += [json.dumps(metrics, indent=2, sort_keys=True), "```", ""]
+    lines += _metrics_markdown(config.get("metrics") or {}, config["labels"])
     return "\n".join(lines)
+
+
+def _metrics_markdown(metrics: Mapping[str, Any], labels: Sequence[str]) -> list[str]:
+    """Measured numbers as tables (the full copy stays in head.json `metrics`)."""
+    if not metrics:
+        return []
+    lines = ["## Measured", ""]
+    if metrics.get("validation_accuracy") is not None:
+        lines += [f"Early-stopping validation accuracy: {metrics['validation_accuracy']:.4f}", ""]
+    evaluation = metrics.get("eval")
+    if isinstance(evaluation, Mapping):
+        lines += [
+            f"On `{evaluation.get('file', 'eval')}` ({evaluation['n']} examples): accuracy "
+            f"**{evaluation['accuracy']:.4f}**, macro-F1 {evaluation['macro_f1']:.4f}.",
+            "",
+            "| label | precision | recall | support |",
+            "|---|---|---|---|",
+        ]
+        for label, m in evaluation["per_label"].items():
+            lines.append(f"| {label} | {m['precision']:.3f} | {m['recall']:.3f} | {m['support']} |")
+        lines.append("")
+        sweep = evaluation.get("thresholds") or {}
+        if sweep:
+            positive = labels[-1]
+            lines += [
+                f"`{positive}` when its probability >= threshold:",
+                "",
+                "| threshold | recall | false-positive rate |",
+                "|---|---|---|",
+            ]
+            for threshold, m in sweep.items():
+                lines.append(f"| {threshold} | {m['recall']:.3f} | {m['fpr']:.4f} |")
+            lines.append("")
+        sources = evaluation.get("per_source") or {}
+        if sources:
+            lines += [
+                "Per source (for a single-label source, accuracy is that label's recall):",
+                "",
+                "| source | labels | n | accuracy |",
+                "|---|---|---|---|",
+            ]
+            for source, m in sources.items():
+                labels = ", ".join(m["labels"])
+                lines.append(f"| {source} | {labels} | {m['n']} | {m['accuracy']:.3f} |")
+            lines.append("")
+    return lines
 
 
 def save_head(head: Head, directory: str | Path, card: Mapping[str, Any]) -> Path:

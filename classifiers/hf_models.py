@@ -78,8 +78,10 @@ class HFModelRunner:
     ) -> HFModelRunner:
         """Load tokenizer + model onto `device` in `dtype` (int8-quantized on CPU if asked)."""
         tokenizer = AutoTokenizer.from_pretrained(path)
-        auto = AutoModelForSequenceClassification if kind == "sequence" else (
-            AutoModelForTokenClassification
+        auto = (
+            AutoModelForSequenceClassification
+            if kind == "sequence"
+            else (AutoModelForTokenClassification)
         )
         model = auto.from_pretrained(path, dtype=dtype)
         model.eval()

@@ -3,8 +3,9 @@
 Presidio's predefined recognizers for e-mail, phone, credit card (Luhn), US SSN, IBAN (checksum)
 and IP address are used directly with `nlp_artifacts=None`, so no spaCy model is downloaded or
 loaded (`presidio-analyzer` still imports spaCy, ~2-8 s once at start-up: construct the detector at
-start-up, never per request). Presidio ships no API-key recognizer, so one is added here as a
-Presidio `PatternRecognizer` with vendor token formats and `Bearer` headers.
+start-up, never per request). The card pattern gains Mastercard's 2-series, which it predates.
+Presidio ships no API-key recognizer, so one is added here as a Presidio `PatternRecognizer` with
+vendor token formats and `Bearer` headers.
 
 What the AnalyzerEngine would add with a spaCy model is reproduced cheaply: the context boost (a
 recognizer's context words within a short window before a match raise its score, as Presidio's
@@ -19,7 +20,7 @@ every finding needs a value that matches a pattern and passes its validator.
 from __future__ import annotations
 
 import re
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,6 +52,9 @@ API_KEY_PATTERNS: tuple[tuple[str, str, float], ...] = (
     ("jwt", r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}", 0.9),
     ("bearer_token", r"(?i)\bbearer\s+[A-Za-z0-9._~+/-]{16,}=*", 0.8),
 )
+MASTERCARD_2_SERIES = (
+    r"\b2(?:22[1-9]|2[3-9]\d|[3-6]\d{2}|7[01]\d|720)[- ]?\d{4}[- ]?\d{4}[- ]?\d{4}\b"
+)
 API_KEY_CONTEXT = ("api", "key", "token", "secret", "bearer", "authorization", "credential")
 
 
@@ -66,6 +70,12 @@ class PiiFinding:
 
 # A lone decimal ("0.994553", "1800.0000"): phonenumbers accepts many as short foreign numbers.
 _DECIMAL = re.compile(r"(?<![\d.])\d+\.\d+(?![\d.])")
+# Cheap gate before libphonenumber's matcher (its cost grows with regions x text length): a
+# phone number needs at least 7 digits in one run of digits and dialling punctuation.
+_PHONE_CANDIDATE = re.compile(r"(?:\d[\s().+/-]{0,3}){7,}")
+# National formats are parsed per region; "+<country code>" numbers are found in any pass.
+# (Presidio's own default list has "UK" and "FE", which libphonenumber does not know.)
+PHONE_REGIONS = ("US", "GB", "DE", "FR", "IN", "BR")
 _PHONE_SEPARATORS = re.compile(r"\d[-. ]+\d")
 
 
@@ -113,11 +123,17 @@ def _build_recognizers(entity_types: Collection[str]) -> list[Any]:
     # Empty suffix_list_urls: use the snapshot bundled with tldextract, never the network.
     offline_tld = tldextract.TLDExtract(suffix_list_urls=(), cache_dir=None)
 
-    class OfflineEmailRecognizer(EmailRecognizer):  # type: ignore[misc]
+    class OfflineEmailRecognizer(EmailRecognizer):
         def validate_result(self, pattern_text: str) -> bool:
             return bool(offline_tld(pattern_text).fqdn)
 
-    class ApiKeyRecognizer(PatternRecognizer):  # type: ignore[misc]
+    def card_recognizer() -> Any:
+        # Presidio's pattern predates Mastercard's 2221-2720 range (issued since 2017); add it,
+        # still Luhn-validated by the recognizer.
+        extra = Pattern("mastercard_2_series", MASTERCARD_2_SERIES, 0.3)
+        return CreditCardRecognizer(patterns=[*CreditCardRecognizer.PATTERNS, extra])
+
+    class ApiKeyRecognizer(PatternRecognizer):
         def validate_result(self, pattern_text: str) -> bool | None:
             if pattern_text.lower().startswith("bearer"):
                 return _has_mixed_chars(pattern_text)
@@ -128,10 +144,10 @@ def _build_recognizers(entity_types: Collection[str]) -> list[Any]:
         patterns=[Pattern(name, regex, score) for name, regex, score in API_KEY_PATTERNS],
         context=list(API_KEY_CONTEXT),
     )
-    available = {
+    available: dict[str, Callable[[], Any]] = {
         "EMAIL_ADDRESS": OfflineEmailRecognizer,
-        "PHONE_NUMBER": PhoneRecognizer,
-        "CREDIT_CARD": CreditCardRecognizer,
+        "PHONE_NUMBER": lambda: PhoneRecognizer(supported_regions=PHONE_REGIONS),
+        "CREDIT_CARD": card_recognizer,
         "US_SSN": UsSsnRecognizer,
         "IBAN_CODE": IbanRecognizer,
         "IP_ADDRESS": IpRecognizer,
@@ -169,6 +185,8 @@ class PiiDetector:
         candidates: list[PiiFinding] = []
         for recognizer in self._recognizers:
             entities = [e for e in recognizer.supported_entities if e in self.entity_types]
+            if entities == ["PHONE_NUMBER"] and not _PHONE_CANDIDATE.search(text):
+                continue
             for result in recognizer.analyze(text, entities=entities, nlp_artifacts=None):
                 score = float(result.score)
                 window = lowered[max(0, result.start - CONTEXT_WINDOW_CHARS) : result.start]

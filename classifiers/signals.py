@@ -47,9 +47,7 @@ class SharedSignal(Protocol):
 def _top_labels(labels: Sequence[str], values: torch.Tensor) -> tuple[tuple[str, float], ...]:
     k = min(TOP_K, len(labels))
     top = torch.topk(values, k)
-    return tuple(
-        (labels[int(i)], float(v)) for v, i in zip(top.values, top.indices, strict=True)
-    )
+    return tuple((labels[int(i)], float(v)) for v, i in zip(top.values, top.indices, strict=True))
 
 
 class DomainSignal:

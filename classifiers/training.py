@@ -205,6 +205,20 @@ def per_source_accuracy(
     return out
 
 
+def threshold_sweep(head: Head, x: np.ndarray, y: np.ndarray) -> dict[str, dict[str, float]]:
+    """For a 2-label head: recall and false-positive rate of label 1 at probability thresholds."""
+    probs = head.predict_proba(torch.from_numpy(x))[:, 1].numpy()
+    positive = y == 1
+    out: dict[str, dict[str, float]] = {}
+    for threshold in (0.5, 0.6, 0.7, 0.8, 0.9):
+        flagged = probs >= threshold
+        out[f"{threshold:.1f}"] = {
+            "recall": round(float(flagged[positive].mean()) if positive.any() else 0.0, 4),
+            "fpr": round(float(flagged[~positive].mean()) if (~positive).any() else 0.0, 4),
+        }
+    return out
+
+
 def train_head(
     x: np.ndarray,
     y: np.ndarray,
@@ -364,6 +378,8 @@ def run(args: argparse.Namespace) -> int:
         embed_eval = embed_with_encoder(encoder, label="embed eval")
         x_eval = cached_embed(embed_eval, [e.text for e in evaluation], cache, key)
         metrics["eval"] = evaluate(head, x_eval, y_eval) | {"file": Path(args.eval).name}
+        if len(labels) == 2:
+            metrics["eval"]["thresholds"] = threshold_sweep(head, x_eval, y_eval)
         by_source = per_source_accuracy(head, x_eval, y_eval, evaluation)
         if by_source:
             metrics["eval"]["per_source"] = by_source

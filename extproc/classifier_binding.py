@@ -18,7 +18,12 @@ from extproc.metrics import RouterMetrics
 from extproc.signals.specs import LearnedSpec
 
 if TYPE_CHECKING:
+    from transformers.utils import logging as transformers_logging
+
     from classifiers.engine import SignalEngine
+
+    # model loading prints progress bars to stderr; the router logs JSON lines instead
+    transformers_logging.disable_progress_bar()
 
 
 def classifier_settings(config: RouterConfig) -> ClassifierSettings:
@@ -56,7 +61,12 @@ async def build_engine(
     specs = learned_specs(config)
     if not specs:
         return None
+    from transformers.utils import logging as transformers_logging
+
     from classifiers.engine import SignalEngine
+
+    # model loading prints progress bars to stderr; the router logs JSON lines instead
+    transformers_logging.disable_progress_bar()
 
     engine = await asyncio.to_thread(
         partial(

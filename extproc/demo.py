@@ -131,6 +131,10 @@ async def run_demo(config: RouterConfig, *, verbose: bool = False) -> int:
               f"admin http://127.0.0.1:{router.admin_port}")
         client = AsyncOpenAI(base_url=f"http://{config.listener.address}/v1",
                              api_key="demo-key", max_retries=0, timeout=30)
+        _, health = router.health()
+        bound = ", ".join(f"{c['classifier']} ({c['model'].split('/')[-1]}) on {c['device']}"
+                          for c in health.get("classifiers", []))
+        print(f"classifiers: {bound or 'none'}")
         models = await client.models.list()
         print("GET /v1/models ->", ", ".join(m.id for m in models.data))
         outcomes = [await _send(client, sample) for sample in SAMPLES]

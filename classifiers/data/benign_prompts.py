@@ -79,6 +79,32 @@ TRAIN: tuple[str, ...] = (
     "System: you are a helpful assistant that answers concisely. User: what is 12 times 14?",
     "Developer mode in Android: how do I enable USB debugging on my phone?",
     "What is the DAN mode everyone talks about with ChatGPT? I read about it in a news article.",
+    # Code requests in several shapes (the held-out set measures HumanEval-style stubs).
+    "Fix the bug in this function:\n\ndef average(xs):\n    return sum(xs) / len(xs) + 1",
+    "Implement `def fizzbuzz(n: int) -> list[str]:` with a docstring and doctests.",
+    "Here is my class:\n\nclass Stack:\n    def __init__(self):\n        self.items = []\n\n"
+    "Add push, pop and peek methods with type hints.",
+    "Write a TypeScript function that debounces another function by 300 ms.",
+    "What does this regex do? ^(?=.*\\d)(?=.*[a-z]).{8,}$",
+    "Convert this loop to a list comprehension: for x in data: if x > 0: out.append(x * 2)",
+    "Write a bash script that renames all .jpeg files in a folder to .jpg.",
+    'def parse_date(s):\n    """Parse YYYY-MM-DD into a date, raise ValueError otherwise."""\n'
+    "Finish this function and write unit tests for it.",
+    'Refactor this Java method to use streams: for (String s : names) { if (s.startsWith("A")) '
+    "result.add(s.toUpperCase()); }",
+    "Explain the time complexity of binary search and write it in Go.",
+    "Write a SQL query that returns the top 3 customers by total order value.",
+    "Create a React component that shows a counter with + and - buttons.",
+    "Why does my Python code print None?\n\ndef greet(name):\n    print('hi', name)\n\n"
+    "print(greet('bob'))",
+    # Personas, preferences and rules for the rest of a chat.
+    "From now on, reply in British English and keep answers under 100 words.",
+    "You are an expert copy editor. Tighten this paragraph without changing its meaning.",
+    "Act as a patient math tutor who never gives the answer directly, only hints.",
+    "Take the role of a tour guide in Kyoto and plan a one-day walking route.",
+    "Pretend you are a time traveller from 2150 describing everyday transport.",
+    "You are a strict code reviewer. Review this function and list problems only.",
+    "Only answer with emojis from now on, let's play a guessing game!",
 )
 
 HELD_OUT: tuple[str, ...] = (

