@@ -3,7 +3,8 @@
 Answers every ``ProcessingRequest`` with pre-serialized bytes and does nothing else: request
 and response headers get a plain CONTINUE, the request body gets one cached response that sets
 the default cluster header and clears the route cache (what the router's body response does,
-less the body rewrite). Same server options as the router's (raw bytes, no serializers), so the
+less the body rewrite). It also serves grpc.health.v1 (SERVING), which the rendered ext_proc
+cluster health-checks. Same server options as the router's (raw bytes, no serializers), so the
 difference to the router is the router's own work per message.
 
 Run: ``python bench/null_extproc.py --address 127.0.0.1:PORT --cluster general``. Used by
@@ -19,6 +20,8 @@ from collections.abc import AsyncIterator
 from typing import Any, Final
 
 import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1._async import HealthServicer
 
 from extproc.envoy_adapter import Mutations, Phase, continue_response, parse_request
 from extproc.names import CLUSTER_HEADER, EXT_PROC_SERVICE
@@ -79,6 +82,11 @@ async def serve(address: str, cluster: str) -> None:
     server.add_generic_rpc_handlers(
         (grpc.method_handlers_generic_handler(EXT_PROC_SERVICE, {"Process": method}),)
     )
+    # grpc.health.v1 as the router serves it: the rendered ext_proc cluster health-checks it
+    health = HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health, server)
+    for service in ("", EXT_PROC_SERVICE):
+        await health.set(service, health_pb2.HealthCheckResponse.SERVING)
     if server.add_insecure_port(address) == 0:
         raise SystemExit(f"cannot bind {address}")
     await server.start()

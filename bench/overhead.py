@@ -23,12 +23,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import statistics
 import sys
 import tempfile
 import time
-from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,21 +40,14 @@ if Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
 import yaml
 
 from bench import _stack as st
-from bench._load import LoadGenerator, LoadResult, load_generator
+from bench._load import LoadGenerator, load_generator
+from bench._report import E_HIGH, LABELS, Cell, Run, report
 from extproc.config import RouterConfig
 from extproc.envoy_process import EnvoyProcess
 from extproc.localnet import free_port
 from extproc.names import CHAT_COMPLETIONS_PATH, DECISION_HEADER
 
-LABELS = {
-    "a": "Envoy, no ext_proc",
-    "b": "Envoy + null ext_proc",
-    "c": "router, explicit model",
-    "d": "router, auto, keywords",
-    "e": "router, auto, domain classifier",
-}
 STACK_OF = {"a": "none", "b": "null", "c": "keyword", "d": "keyword", "e": "learned"}
-E_HIGH = 32
 
 
 @dataclass
@@ -74,31 +65,6 @@ class Stack:
     @property
     def metrics_url(self) -> str:
         return f"http://{self.config.router.admin}/metrics"
-
-
-@dataclass
-class Cell:
-    variant: str
-    concurrency: int
-    round: int
-    load: LoadResult
-    extproc_us: float | None
-    envoy_us: float
-    backend_us: float
-    batch_mean: float | None = None
-    degraded: int = 0  # learned requests unclassified or with a failed signal
-
-
-@dataclass
-class Run:
-    cells: list[Cell] = field(default_factory=list)
-    raw: dict[int, list[tuple[int, float]]] = field(default_factory=lambda: defaultdict(list))
-
-    def get(self, variant: str, concurrency: int, rnd: int) -> Cell | None:
-        for cell in self.cells:
-            if (cell.variant, cell.concurrency, cell.round) == (variant, concurrency, rnd):
-                return cell
-        return None
 
 
 def bodies_for(variant: str, config: RouterConfig) -> tuple[bytes, ...]:
@@ -184,110 +150,6 @@ async def measure(variant: str, stack: Stack, concurrency: int, rnd: int, second
     return cell
 
 
-def _median(values: list[float]) -> float:
-    return statistics.median(values) if values else float("nan")
-
-
-def table(run: Run, variants: list[str]) -> str:
-    head = ("| variant | c | req/s | p50 ms | p99 ms | errors | ext_proc CPU µs/req "
-            "| front Envoy CPU µs/req | backend CPU µs/req | encoder batch |")
-    lines = [head, "|" + "---|" * 10]
-    for variant in variants:
-        for c in sorted({cell.concurrency for cell in run.cells if cell.variant == variant}):
-            cells = [x for x in run.cells if x.variant == variant and x.concurrency == c]
-            ext = [x.extproc_us for x in cells if x.extproc_us is not None]
-            batch = [x.batch_mean for x in cells if x.batch_mean is not None]
-            errors = sum(x.load.errors for x in cells) + sum(x.degraded for x in cells)
-            lines.append(
-                f"| ({variant}) {LABELS[variant]} | {c} "
-                f"| {_median([x.load.rps for x in cells]):.0f} "
-                f"| {_median([x.load.p50_ms for x in cells]):.2f} "
-                f"| {_median([x.load.p99_ms for x in cells]):.2f} | {errors} "
-                f"| {f'{_median(ext):.0f}' if ext else '-'} "
-                f"| {_median([x.envoy_us for x in cells]):.0f} "
-                f"| {_median([x.backend_us for x in cells]):.0f} "
-                f"| {f'{_median(batch):.1f}' if batch else '-'} |"
-            )
-    return "\n".join(lines)
-
-
-def _per_round(run: Run, rounds: int, fn: Any) -> list[float]:
-    out = []
-    for rnd in range(rounds):
-        value = fn(rnd)
-        if value is not None:
-            out.append(value)
-    return out
-
-
-def ratios(run: Run, rounds: int) -> list[tuple[str, list[float], str, float | None]]:
-    """(name, per-round values, comparison, target); target None = informative only."""
-
-    def rps(v: str, c: int, r: int) -> float | None:
-        cell = run.get(v, c, r)
-        return cell.load.rps if cell and cell.load.requests else None
-
-    def p50(v: str, c: int, r: int) -> float | None:
-        cell = run.get(v, c, r)
-        return cell.load.p50_ms if cell and cell.load.requests else None
-
-    def ratio(v: str, cv: int, w: str, cw: int) -> Any:
-        def fn(r: int) -> float | None:
-            x, y = rps(v, cv, r), rps(w, cw, r)
-            return x / y if x is not None and y else None
-        return fn
-
-    def added(v: str) -> Any:
-        def fn(r: int) -> float | None:
-            x, y = p50(v, 1, r), p50("b", 1, r)
-            return x - y if x is not None and y is not None else None
-        return fn
-
-    def raw_ratio(r: int) -> float | None:
-        x = rps("e", E_HIGH, r)
-        raw = [t for rr, t in run.raw.get(r, [])]
-        return x / raw[0] if x is not None and raw else None
-
-    rows: list[tuple[str, list[float], str, float | None]] = [
-        ("(c)/(b) req/s at c=16", _per_round(run, rounds, ratio("c", 16, "b", 16)), ">=", 0.8),
-        ("(d)/(b) req/s at c=16", _per_round(run, rounds, ratio("d", 16, "b", 16)), ">=", 0.8),
-        ("(c) p50 - (b) p50 at c=1, ms", _per_round(run, rounds, added("c")), "<=", 0.3),
-        ("(d) p50 - (b) p50 at c=1, ms", _per_round(run, rounds, added("d")), "<=", 0.3),
-        (f"(e) c={E_HIGH} req/s / raw encoder texts/s at the router's batch size",
-         _per_round(run, rounds, raw_ratio), ">=", 0.8),
-        (f"(e) c={E_HIGH} / (e) c=1 req/s",
-         _per_round(run, rounds, ratio("e", E_HIGH, "e", 1)), ">=", 2.0),
-        ("(b)/(a) req/s at c=16", _per_round(run, rounds, ratio("b", 16, "a", 16)), "", None),
-        ("(c)/(a) req/s at c=16", _per_round(run, rounds, ratio("c", 16, "a", 16)), "", None),
-    ]
-    return rows
-
-
-def report(run: Run, variants: list[str], rounds: int, stacks: dict[str, Stack]) -> None:
-    print("\n" + table(run, variants))
-    for rnd, values in sorted(run.raw.items()):
-        for batch, texts_s in values:
-            print(f"raw encoder (in-process, same runner) round {rnd}: batch {batch}: "
-                  f"{texts_s:.0f} texts/s")
-    print("\nratios (median over rounds; per-round values in brackets)")
-    for name, values, op, target in ratios(run, rounds):
-        shown = ", ".join(f"{v:.3f}" for v in values)
-        if not values:
-            print(f"SKIP  {name}: not measured")
-            continue
-        value = statistics.median(values)
-        if target is None:
-            print(f"info  {name} = {value:.3f} [{shown}]")
-            continue
-        ok = value >= target if op == ">=" else value <= target
-        print(f"{'PASS' if ok else 'FAIL'}  {name} = {value:.3f} [{shown}] "
-              f"(target {op} {target})")
-    for name, stack in stacks.items():
-        if stack.extproc is not None:
-            print(f"{stack.extproc.name} ({name}) RSS: {stack.rss_start_mib:.0f} MiB after "
-                  f"start-up, {st.rss_mib(stack.extproc.pid):.0f} MiB at the end")
-
-
 def pick_variants(args: argparse.Namespace, learned_doc: dict[str, Any], work: Path
                   ) -> list[str]:
     variants = [v.strip() for v in args.only.split(",") if v.strip()]
@@ -311,6 +173,9 @@ async def main_async(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(prefix="bench-overhead-") as tmp:
         work = Path(tmp)
         variants = pick_variants(args, learned_doc, work)
+        if not variants:
+            print("nothing to run")
+            return
         load = load_generator(args.load, work, args.max_requests)
         print(f"machine: {os.cpu_count()} CPUs (shared), load average {os.getloadavg()[0]:.2f}; "
               f"load generator: {load.name}; Envoy concurrency {args.envoy_concurrency}; "
@@ -365,11 +230,15 @@ async def run_rounds(args: argparse.Namespace, variants: list[str], stacks: dict
                 run.cells.append(cell)
                 print(f"round {rnd} ({v}) c={c}: {cell.load.rps:.0f} req/s, "
                       f"p50 {cell.load.p50_ms:.2f} ms, errors {cell.load.errors}", flush=True)
-                if raw is not None and v == "e" and c == E_HIGH:
+                if raw is not None and v == "e" and c in (1, E_HIGH):
                     batch = max(1, round(cell.batch_mean or 1))
                     texts_s = await asyncio.to_thread(raw.throughput, batch, seconds / 2)
-                    run.raw[rnd].append((batch, texts_s))
-    report(run, variants, args.rounds, stacks)
+                    run.raw[(rnd, c)] = (batch, texts_s)
+    report(run, variants, args.rounds)
+    for name, stack in stacks.items():
+        if stack.extproc is not None:
+            print(f"{stack.extproc.name} ({name}) RSS: {stack.rss_start_mib:.0f} MiB after "
+                  f"start-up, {st.rss_mib(stack.extproc.pid):.0f} MiB at the end")
 
 
 def main() -> None:

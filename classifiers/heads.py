@@ -206,6 +206,7 @@ def save_head(head: Head, directory: str | Path, card: Mapping[str, Any]) -> Pat
     if size > MAX_HEAD_BYTES:
         raise HeadFormatError(f"head weights are {size} bytes, over the {MAX_HEAD_BYTES} limit")
     save_file(tensors, str(out / WEIGHTS_FILE), metadata={"format_version": str(FORMAT_VERSION)})
+    (out / WEIGHTS_FILE).chmod(0o644)  # safetensors creates 0600; heads are shipped and shared
     (out / CONFIG_FILE).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
     (out / CARD_FILE).write_text(_card_markdown(config, card))
     return out

@@ -69,6 +69,9 @@ class StreamProcessor:
         self._endpoint: Endpoint | None = None
         self._request_id = ""
         self._debug = False
+        self.finished = False
+        """True once Envoy will send nothing more on this stream, so the servicer can end
+        the call itself (Envoy otherwise resets it, and grpcio leaks a little per reset)."""
         self.route: Route | None = None
 
     async def handle(self, message: RequestMessage) -> bytes:
@@ -84,6 +87,7 @@ class StreamProcessor:
                 return self.on_response_headers()
             return adapter.continue_response(phase)
         except RouterError as err:
+            self.finished = True  # an immediate response ends the exchange
             self._state.metrics.rejected(type(err).__name__)
             self._logger.info(
                 "request rejected",
@@ -115,6 +119,7 @@ class StreamProcessor:
             if router.unknown_paths == "passthrough" or path.startswith(
                 tuple(router.passthrough_paths)
             ):
+                self.finished = True  # the mode override skips every later phase
                 return adapter.skip_rest_response()
             raise NotFound(f"unknown path '{path[:200]}'", code="unknown_url")
         if method != "POST":
@@ -156,6 +161,7 @@ class StreamProcessor:
         if body is None:
             raise ModelNotFound(f"The model '{name[:200]}' does not exist.", param="model")
         self.route = Route("models", "", "answered")
+        self.finished = True
         return adapter.immediate_response(200, body, _JSON, IMMEDIATE_DETAILS)
 
     async def on_request_body(self, message: RequestMessage) -> bytes:
@@ -167,6 +173,8 @@ class StreamProcessor:
         route = await self._route(request)
         self.route = route
         self._record(route, request)
+        # the rendered filter skips response headers: the answer below is the last message
+        self.finished = self._config.router.end_streams_after_request
         if route.outcome == "shadow":  # observe only: nothing is rewritten or routed
             shadow: dict[str, str | float | bool] = {
                 "outcome": "shadow", "shadowed": ",".join(route.shadowed)}
@@ -179,6 +187,7 @@ class StreamProcessor:
         if block is not None:
             if block.respond == "error":
                 raise blocked_error(block, route.decision)
+            self.finished = True
             body, headers = canned_reply(block, request, route.decision)
             headers[DECISION_HEADER] = route.decision
             return adapter.immediate_response(200, body, headers, IMMEDIATE_DETAILS)
@@ -255,6 +264,7 @@ class StreamProcessor:
                      shadowed=outcome.shadowed, debug=debug)
 
     def on_response_headers(self) -> bytes:
+        self.finished = True  # response bodies are never sent to the router
         route = self.route
         if route is None or route.outcome in ("answered", "shadow"):
             if route is not None and route.debug:

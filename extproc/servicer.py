@@ -64,7 +64,10 @@ class ExtProcServicer:
                     status = "internal_error"
                     self._logger.exception("request processing failed")
                     response = _INTERNAL
+                    processor.finished = True
                 yield response
+                if processor.finished:
+                    return  # end the call with OK rather than wait for Envoy's reset
         finally:
             state.metrics.stream_ended(status)
 

@@ -67,10 +67,17 @@ def test_default_yaml_loads() -> None:
     config = load_config(DEFAULT_YAML)
     assert set(config.models) == {"general", "reasoning", "code"}
     assert config.auto_names == frozenset({"auto", "vllm-sr/auto"})
-    assert [d.name for d in config.decisions] == ["code", "reasoning"]  # priority 20 before 10
+    # highest priority first: the guards, then the routes
+    assert [d.name for d in config.decisions] == ["jailbreak", "pii", "code", "reasoning"]
     assert config.default_model.name == "general"
     long = {"long_context": SignalResult("long_context", True, 7000.0)}
     assert decide(config.decisions, long, "general").model == "reasoning"
+    math = {"domain": SignalResult("domain", True, 0.8, "math")}
+    assert decide(config.decisions, math, "general").model == "reasoning"
+    guarded = {**math, "jailbreak": SignalResult("jailbreak", True, 0.99)}
+    outcome = decide(config.decisions, guarded, "general")
+    assert outcome.decision == "jailbreak"
+    assert outcome.plugins.block is not None
 
 
 def test_explicit_model_resolves_by_name_or_unique_provider_id() -> None:

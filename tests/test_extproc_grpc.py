@@ -29,9 +29,14 @@ with warnings.catch_warnings():  # envoy-data-plane trips a pydantic deprecation
 PROCESS = "/envoy.service.ext_proc.v3.ExternalProcessor/Process"
 OVERWRITE = core.HeaderValueOptionHeaderAppendAction.OVERWRITE_IF_EXISTS_OR_ADD
 MAX_BYTES = 4096
+# end_streams_after_request: false exercises the whole exchange, response headers included
+# (for meshes whose Envoy sends them); the default, true, is tested at the end.
 CONFIG = f"""\
 listener: {{max_request_bytes: {MAX_BYTES}}}
-router: {{auto_model_names: [auto, vllm-sr/auto], passthrough_paths: [/healthz]}}
+router:
+  auto_model_names: [auto, vllm-sr/auto]
+  passthrough_paths: [/healthz]
+  end_streams_after_request: false
 providers:
   defaults: {{model: general}}
   models:
@@ -388,3 +393,25 @@ async def test_health_serving_and_stop(router: Router) -> None:
         with pytest.raises(grpc.aio.AioRpcError) as info:
             await stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=2)
         assert info.value.code() == grpc.StatusCode.UNAVAILABLE
+
+
+async def test_stream_ends_after_the_body_answer_by_default() -> None:
+    """The rendered filter skips response headers, so after the body answer the router ends
+    the call itself (status OK) instead of waiting for Envoy to reset it."""
+    config = load_config_text(CONFIG.replace("end_streams_after_request: false",
+                                             "end_streams_after_request: true"))
+    router = Router(config, grpc_address="127.0.0.1:0", admin_address="127.0.0.1:0")
+    await router.start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{router.grpc_port}") as channel:
+            call = channel.stream_stream(PROCESS, request_serializer=None,
+                                         response_deserializer=None)()
+            await call.write(bytes(request_headers()))
+            assert ep.ProcessingResponse.parse(await call.read()) == HEADERS_CONTINUE
+            await call.write(bytes(request_body(chat("auto", "python please"))))
+            answer = ep.ProcessingResponse.parse(await call.read())
+            assert answer.request_body is not None
+            assert await call.read() is grpc.aio.EOF  # ended by the router, not the client
+            assert await call.code() == grpc.StatusCode.OK
+    finally:
+        await router.stop(0.5)

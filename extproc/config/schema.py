@@ -133,6 +133,9 @@ class RouterSettings(Strict):
     mode: Literal["enforce", "shadow"] = "enforce"
     # return per-signal results in x-semantic-router-debug when the client sends that header
     debug_header: bool = False
+    # End each ext_proc stream once the request is routed: the rendered filter skips the
+    # response phases. Set false if your Envoy sends response headers to the router.
+    end_streams_after_request: bool = True
     # on SIGTERM: health turns not-ready, then in-flight streams get this long to finish
     shutdown_grace_s: float = Field(default=30.0, ge=0, le=3600)
     # Backends and workers (extproc/prober.py, extproc/workers.py, extproc/eds.py).

@@ -21,7 +21,7 @@ from extproc.signals.specs import ContextLengthSpec, KeywordSpec, LearnedSpec, P
 if TYPE_CHECKING:
     from classifiers.pii import PiiDetector
 
-_INLINE_PII_CHARS = 4096
+_INLINE_PII_CHARS = 512
 
 
 def _pii_detector(spec: PiiSpec) -> PiiDetector:
