@@ -32,6 +32,8 @@ from extproc.security import Secrets, envoy_secrets
 __all__ = ["EXTPROC_CLUSTER", "LISTENER_NAME", "bootstrap", "fragment", "to_yaml"]
 
 LISTENER_NAME = "semantic_router"
+_PREVIOUS_HOSTS = ("type.googleapis.com/envoy.extensions.retry.host.previous_hosts.v3."
+                   "PreviousHostsPredicate")
 VIRTUAL_HOST = "semantic_router"
 _HTTP2_OPTIONS = {
     "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
@@ -73,9 +75,15 @@ def virtual_host(config: RouterConfig) -> dict[str, Any]:
                 "route": {
                     "cluster_header": CLUSTER_HEADER,
                     "timeout": "0s",  # SSE streams must not be cut by the 15 s default
+                    # only failures before a request reached a backend are retried (a
+                    # generation is not idempotent), and on another endpoint of the model
                     "retry_policy": {
                         "retry_on": "connect-failure,refused-stream,reset-before-request",
                         "num_retries": 2,
+                        "retry_host_predicate": [
+                            {"name": "envoy.retry_host_predicates.previous_hosts",
+                             "typed_config": {"@type": _PREVIOUS_HOSTS}}],
+                        "host_selection_retry_max_attempts": 3,
                     },
                 },
             }
