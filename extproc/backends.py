@@ -92,6 +92,16 @@ class BackendCatalog:
                 "version": self.table.version,
                 "endpoints": {c: len(h) for c, h in self.table.assignments.items()}})
 
+    def readiness(self) -> tuple[dict[str, bool], dict[str, int], int]:
+        """Per model: ready, and how many endpoints are ready; plus the worker count
+        (read at each metrics scrape)."""
+        ready_endpoints = dict.fromkeys(self.config.models, 0)
+        for status in self.prober.statuses():
+            if status.ready and status.ref.model in ready_endpoints:
+                ready_endpoints[status.ref.model] += 1
+        ready = {model: count > 0 for model, count in ready_endpoints.items()}
+        return ready, ready_endpoints, len(self.registry.all())
+
     def report(self, *, started: bool, bindings: Sequence[Any]) -> tuple[bool, dict[str, Any]]:
         """The ``/health`` body and whether it means ready."""
         now = time.time()

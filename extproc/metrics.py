@@ -6,9 +6,12 @@ names come from config, never from clients.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 _LATENCY_BUCKETS = (
     0.0001,
@@ -126,5 +129,32 @@ class RouterMetrics:
     def stream_ended(self, status: str) -> None:
         self._streams.labels(status).inc()
 
+    def watch_backends(self, source: BackendSource) -> None:
+        """Backend readiness and worker counts, read from ``source`` at each scrape."""
+        self.registry.register(_BackendCollector(source))
+
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
+
+
+BackendSource = Callable[[], tuple[dict[str, bool], dict[str, int], int]]
+
+
+class _BackendCollector(Collector):
+    def __init__(self, source: BackendSource) -> None:
+        self._source = source
+
+    def collect(self) -> Iterator[Metric]:
+        ready, endpoints, workers = self._source()
+        model_ready = GaugeMetricFamily(
+            "semantic_router_model_ready", "1 when at least one endpoint of the model lists "
+            "its provider model id in /v1/models", labels=["model"])
+        ready_endpoints = GaugeMetricFamily(
+            "semantic_router_model_ready_endpoints", "Endpoints of the model that are ready",
+            labels=["model"])
+        for model, is_ready in sorted(ready.items()):
+            model_ready.add_metric([model], 1.0 if is_ready else 0.0)
+            ready_endpoints.add_metric([model], float(endpoints.get(model, 0)))
+        yield model_ready
+        yield ready_endpoints
+        yield GaugeMetricFamily("semantic_router_workers", "Registered workers", value=workers)

@@ -169,10 +169,13 @@ class StreamProcessor:
             return adapter.continue_response(Phase.REQUEST_BODY)
         if len(message.body) > self._config.listener.max_request_bytes:
             raise self._too_large()
+        started = time.perf_counter()
         request = parse_request(message.body, self._endpoint)
+        parsed = time.perf_counter()
         route = await self._route(request)
         self.route = route
-        self._record(route, request)
+        self._record(route, request, parse_s=parsed - started,
+                     route_s=time.perf_counter() - parsed)
         # the rendered filter skips response headers: the answer below is the last message
         self.finished = self._config.router.end_streams_after_request
         if route.outcome == "shadow":  # observe only: nothing is rewritten or routed
@@ -223,7 +226,8 @@ class StreamProcessor:
             metadata["debug"] = route.debug
         return metadata
 
-    def _record(self, route: Route, request: OpenAIRequest) -> None:
+    def _record(self, route: Route, request: OpenAIRequest, *, parse_s: float,
+                route_s: float) -> None:
         metrics = self._state.metrics
         metrics.routed(route.outcome, route.reason, route.decision, route.model)
         for name in route.shadowed:
@@ -231,7 +235,8 @@ class StreamProcessor:
         self._logger.info("routed", extra={
             "request_id": self._request_id, "decision": route.decision, "model": route.model,
             "outcome": route.outcome, "reason": route.reason, "shadowed": list(route.shadowed),
-            "requested": request.model[:200], "stream": request.stream})
+            "requested": request.model[:200], "stream": request.stream,
+            "parse_ms": round(parse_s * 1000, 3), "route_ms": round(route_s * 1000, 3)})
 
     async def _route(self, request: OpenAIRequest) -> Route:
         config = self._config

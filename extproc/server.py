@@ -61,6 +61,7 @@ class Router:
         self.backends = BackendCatalog(
             config, state_dir=Path(state) if state else None, logger=self.logger
         )
+        self.metrics.watch_backends(self.backends.readiness)
         self._holder: StateHolder | None = None
         self._background: set[asyncio.Task[None]] = set()
         self.grpc_port = 0

@@ -80,6 +80,10 @@ async def test_router_metrics_move(stack: Stack) -> None:
     assert delta("semantic_router_decisions_total", decision="code", model="code") == 3
     assert delta("semantic_router_extproc_phase_seconds_count", phase="request_body") == 11
     assert delta("semantic_router_extproc_phase_seconds_count", phase="request_headers") == 11
+    for model in ("general", "code", "reasoning"):
+        assert after[("semantic_router_model_ready", (("model", model),))] == 1.0
+        assert after[("semantic_router_model_ready_endpoints", (("model", model),))] == 1.0
+    assert after[("semantic_router_workers", ())] == 0.0
 
 
 async def test_access_log_carries_the_decision(stack: Stack) -> None:
@@ -114,7 +118,10 @@ async def test_credentials_never_logged(stack: Stack, caplog: pytest.LogCaptureF
     await stack.envoy_flush()
     formatter = JsonFormatter()
     lines = [formatter.format(record) for record in caplog.records]
-    assert any('"decision": "code"' in line for line in lines)  # the decision line is there
+    routed = [json.loads(line) for line in lines if '"decision": "code"' in line]
+    assert routed, "no decision line"
+    assert {"request_id", "decision", "model", "outcome", "parse_ms", "route_ms"} <= set(
+        routed[0])
     for text in [*lines, stack.envoy.logs(500)]:
         assert SECRET_KEY not in text
         assert SECRET_PROMPT_KEY not in text
