@@ -45,8 +45,10 @@ class RouterState:
 
 
 def needed_signals(config: RouterConfig) -> frozenset[str]:
-    """Only signals some decision references are computed."""
-    return frozenset().union(*(signals_of(d.rule) for d in config.decisions))
+    """Only signals some decision references are computed (plus the pii signal when a
+    model restricts the PII it may receive)."""
+    needed = frozenset().union(*(signals_of(d.rule) for d in config.decisions))
+    return needed | {config.pii_signal} if config.pii_signal else needed
 
 
 def build_state(

@@ -19,6 +19,7 @@ from extproc.decision import NO_PLUGINS, DecisionPlugins
 from extproc.envoy_adapter import Mutations, Phase, RequestMessage
 from extproc.errors import (
     BadRequest,
+    Blocked,
     MethodNotAllowed,
     ModelNotFound,
     NotFound,
@@ -59,6 +60,8 @@ class Route:
     plugins: DecisionPlugins = NO_PLUGINS
     shadowed: tuple[str, ...] = ()
     debug: str = ""
+    pii: frozenset[str] = frozenset()
+    """PII entity types found (only when a pii signal ran)."""
 
 
 class StreamProcessor:
@@ -195,6 +198,12 @@ class StreamProcessor:
             headers[DECISION_HEADER] = route.decision
             return adapter.immediate_response(200, body, headers, IMMEDIATE_DETAILS)
         target = self._config.models[route.model]
+        if target.pii_allowed is not None and route.pii - target.pii_allowed:
+            self.finished = True
+            refused = sorted(route.pii - target.pii_allowed)
+            raise Blocked(f"model '{target.name}' may not receive {', '.join(refused)}; "
+                          "remove it and retry", code="pii_not_allowed",
+                          headers={DECISION_HEADER: route.decision})
         prompt = route.plugins.system_prompt
         messages = with_system_prompt(request.raw_messages, prompt) if prompt else None
         mutations = Mutations(
@@ -246,7 +255,12 @@ class StreamProcessor:
                 raise ModelNotFound(
                     f"The model '{request.model[:200]}' does not exist.", param="model"
                 )
-            return Route(EXPLICIT_DECISION, target.name, "explicit")
+            pii: frozenset[str] = frozenset()
+            if target.pii_allowed is not None and config.pii_signal is not None:
+                found = await self._state.evaluator.pii(
+                    config.pii_signal, request.classifier_text(self._state.text_source))
+                pii = found.labels if found is not None else frozenset()
+            return Route(EXPLICIT_DECISION, target.name, "explicit", pii=pii)
         text = request.classifier_text(self._state.text_source)
         tokens = estimate_tokens(request.total_text_length())
         default = config.default_model.name
@@ -265,8 +279,10 @@ class StreamProcessor:
             kind = "blocked"
         else:
             kind = "routed" if outcome.matched else "default"
+        pii_result = results.get(config.pii_signal) if config.pii_signal else None
         return Route(outcome.decision, outcome.model or "", kind, plugins=outcome.plugins,
-                     shadowed=outcome.shadowed, debug=debug)
+                     shadowed=outcome.shadowed, debug=debug,
+                     pii=pii_result.labels if pii_result is not None else frozenset())
 
     def on_response_headers(self) -> bytes:
         self.finished = True  # response bodies are never sent to the router

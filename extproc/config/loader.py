@@ -127,6 +127,7 @@ def _compile(parsed: RouterFile, errors: list[str]) -> RouterConfig | None:
     for i, name in enumerate(parsed.router.auto_model_names):
         if name in models:
             errors.append(f"router.auto_model_names[{i}]: '{name}' is also a model name")
+    pii_signal = _pii_policy_signal(parsed, errors)
     if models:
         from extproc.workers import static_workers  # lazy: extproc.workers imports this package
 
@@ -153,7 +154,21 @@ def _compile(parsed: RouterFile, errors: list[str]) -> RouterConfig | None:
         signals=tuple(signals),
         decisions=decisions,
         public_model_names=(*parsed.router.auto_model_names, *models),
+        pii_signal=pii_signal,
     )
+
+
+def _pii_policy_signal(parsed: RouterFile, errors: list[str]) -> str | None:
+    """The pii signal that enforces ``pii_allowed`` (the first one declared)."""
+    restricted = [i for i, m in enumerate(parsed.providers.models) if m.pii_allowed is not None]
+    if not restricted:
+        return None
+    names = [s.name for s in parsed.signals if isinstance(s, PiiSignal)]
+    if not names:
+        errors.append(f"providers.models[{restricted[0]}].pii_allowed: needs a signal of "
+                      "type pii to detect what the request carries")
+        return None
+    return names[0]
 
 
 def _models(parsed: RouterFile, errors: list[str]) -> dict[str, ModelTarget]:
@@ -192,6 +207,7 @@ def _models(parsed: RouterFile, errors: list[str]) -> dict[str, ModelTarget]:
             ProviderModelId(model.provider_model_id),
             cluster,
             tuple(endpoints),
+            frozenset(model.pii_allowed) if model.pii_allowed is not None else None,
         )
     return models
 

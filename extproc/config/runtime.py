@@ -44,6 +44,7 @@ class ModelTarget:
     provider_model_id: ProviderModelId
     cluster: ClusterName
     endpoints: tuple[Endpoint, ...]
+    pii_allowed: frozenset[str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +62,9 @@ class RouterConfig:
     signals: tuple[SignalSpec, ...]
     decisions: tuple[CompiledDecision, ...]
     public_model_names: tuple[str, ...]
+    pii_signal: str | None = None
+    """The pii signal that enforces models' ``pii_allowed`` lists (None when no model
+    declares one)."""
 
     def resolve_explicit(self, requested: str) -> ModelTarget | None:
         """A configured model by public name, else by its (unambiguous) provider model id."""

@@ -56,6 +56,9 @@ class ProviderModel(Strict):
     provider_model_id: Annotated[str, Field(min_length=1, max_length=256)]
     api_format: Literal["openai"] = "openai"
     backend_refs: list[BackendRef] = Field(min_length=1)
+    # PII entity types this model may receive (e.g. [EMAIL_ADDRESS]); unset = no limit.
+    # Requests carrying other types are refused (403 pii_not_allowed); needs a pii signal.
+    pii_allowed: list[Annotated[str, Field(pattern=r"^[A-Z][A-Z0-9_]{0,63}$")]] | None = None
 
     @field_validator("provider_model_id")
     @classmethod

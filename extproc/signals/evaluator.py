@@ -77,6 +77,13 @@ class SignalEvaluator:
             results.update(await self._evaluate_learned(text))
         return results
 
+    async def pii(self, name: str, text: str) -> SignalResult | None:
+        """Just the pii signal ``name`` (for models' ``pii_allowed`` on explicit requests)."""
+        for spec, detector in self._pii:
+            if spec.name == name:
+                return await self._evaluate_pii(spec, detector, text)
+        return None
+
     async def _evaluate_pii(self, spec: PiiSpec, detector: PiiDetector, text: str) -> SignalResult:
         try:
             # pattern matching is cheap for chat-sized text; long texts go to a thread so one
