@@ -25,6 +25,16 @@ AUTH_DETAILS = {"missing_api_key": "missing API key; send 'Authorization: Bearer
                 "unknown_api_key": "incorrect API key provided"}
 
 
+def _lua(code: str) -> dict[str, Any]:
+    return {
+        "name": "envoy.filters.http.lua",
+        "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua",
+            "default_source_code": {"inline_string": code},
+        },
+    }
+
+
 def lua_filter(default_cluster: str) -> dict[str, Any]:
     code = (
         "function envoy_on_request(handle)\n"
@@ -33,13 +43,7 @@ def lua_filter(default_cluster: str) -> dict[str, Any]:
         "  handle:clearRouteCache()\n"
         "end\n"
     )
-    return {
-        "name": "envoy.filters.http.lua",
-        "typed_config": {
-            "@type": "type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua",
-            "default_source_code": {"inline_string": code},
-        },
-    }
+    return _lua(code)
 
 
 def _lua_string(value: str) -> str:
@@ -87,13 +91,7 @@ def fail_open_lua_filter(config: RouterConfig,
         "  handle:clearRouteCache()\n"
         "end\n"
     )
-    return {
-        "name": "envoy.filters.http.lua",
-        "typed_config": {
-            "@type": "type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua",
-            "default_source_code": {"inline_string": code},
-        },
-    }
+    return _lua(code)
 
 
 def ext_proc_filter(config: RouterConfig) -> dict[str, Any]:
