@@ -11,7 +11,7 @@ from pathlib import Path
 
 from extproc.cli_policy import add_commands as add_policy_commands
 from extproc.config import ConfigError, RouterConfig, load_config
-from extproc.names import DEFAULT_ADMIN_HTTP
+from extproc.names import DEFAULT_ADMIN_HTTP, DEFAULT_ENVOY_ADMIN
 
 _BUNDLED = Path(__file__).parent / "_bundled" / "config" / "default.yaml"
 _SOURCE_TREE = Path(__file__).parent.parent / "config" / "default.yaml"
@@ -45,19 +45,35 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_reference(args: argparse.Namespace) -> int:
+    from extproc.config.reference import render_markdown
+
+    sys.stdout.write(render_markdown())
+    return 0
+
+
 def _cmd_status(args: argparse.Namespace) -> int:
     import json
 
-    from extproc.status import fetch_health, format_health
+    from extproc.status import fetch_health, format_health, format_traffic, read_traffic
 
-    address = _load(args.config).router.admin if args.config else DEFAULT_ADMIN_HTTP
-    admin = args.admin or f"http://{address}"
+    config = _load(args.config) if args.config else None
+    admin = args.admin or f"http://{config.router.admin if config else DEFAULT_ADMIN_HTTP}"
+    envoy_admin = args.envoy_admin or (
+        f"http://{config.listener.admin if config else DEFAULT_ENVOY_ADMIN}")
     try:
         status, body = fetch_health(admin, args.timeout)
     except (OSError, ValueError) as err:
         print(f"error: cannot read {admin}/health: {err}", file=sys.stderr)
         return 2
-    print(json.dumps(body, indent=2) if args.json else format_health(body))
+    # Envoy's stats are extra: unreachable Envoy is reported, never changes the exit code.
+    traffic = read_traffic(body, envoy_admin, args.timeout)
+    if args.json:
+        envoy = ({"available": False, "error": traffic} if isinstance(traffic, str)
+                 else {"available": True, **traffic.to_json()})
+        print(json.dumps({**body, "envoy": {"admin": envoy_admin, **envoy}}, indent=2))
+    else:
+        print(format_health(body) + "\n\n" + format_traffic(body, traffic))
     return 0 if status == 200 else 1
 
 
@@ -141,12 +157,19 @@ def build_parser() -> argparse.ArgumentParser:
                           "id against the live /v1/models of its endpoints")
     validate.add_argument("--timeout", type=float, default=3.0, help="probe timeout (s)")
     validate.set_defaults(func=_cmd_validate)
+    reference = config_commands.add_parser("reference", help="print every config key as the "
+                                           "README's Markdown table")
+    reference.set_defaults(func=_cmd_reference)
 
-    status = commands.add_parser("status", help="the router's /health as a table")
+    status = commands.add_parser("status", help="the router's /health and Envoy's traffic "
+                                 "as tables")
     _add_config(status)
     status.add_argument("--admin", help="router admin URL (default: from --config, else "
                         f"http://{DEFAULT_ADMIN_HTTP})")
-    status.add_argument("--json", action="store_true", help="print the /health JSON")
+    status.add_argument("--envoy-admin", help="Envoy admin URL for traffic stats (default: "
+                        f"listener.admin from --config, else http://{DEFAULT_ENVOY_ADMIN})")
+    status.add_argument("--json", action="store_true",
+                        help="print the /health JSON, Envoy's numbers under \"envoy\"")
     status.add_argument("--timeout", type=float, default=5.0)
     status.set_defaults(func=_cmd_status)
 

@@ -1,5 +1,6 @@
-"""Readiness for operators: ``semantic-router status`` (the router's ``/health`` as a table)
-and ``semantic-router config validate --probe`` (each provider model id checked against the
+"""Readiness for operators: ``semantic-router status`` (the router's ``/health`` as a table,
+plus per-model traffic and per-decision shares from Envoy's admin stats) and
+``semantic-router config validate --probe`` (each provider model id checked against the
 live ``/v1/models`` of its endpoints, problems named by YAML path).
 """
 
@@ -15,6 +16,8 @@ from typing import Any
 import aiohttp
 
 from extproc.config import RouterConfig
+from extproc.config.runtime import cluster_name_for
+from extproc.envoy_stats import EnvoyTraffic, fetch_stats, parse_stats
 from extproc.prober import fetch_models, models_url
 from extproc.workers import static_workers
 
@@ -66,6 +69,48 @@ def format_health(body: dict[str, Any]) -> str:
     for reason in body.get("reasons", []):
         lines.append(f"not ready: {reason}")
     return "\n".join(lines)
+
+
+def model_clusters(body: dict[str, Any]) -> dict[str, str]:
+    """Model name to Envoy cluster, as ``/health`` reports them (in its order)."""
+    return {name: str(model.get("cluster") or cluster_name_for(name))
+            for name, model in body.get("models", {}).items()}
+
+
+def read_traffic(body: dict[str, Any], envoy_admin: str,
+                 timeout_s: float = 5.0) -> EnvoyTraffic | str:
+    """Envoy's traffic for the models in ``/health``, or why it is unavailable."""
+    try:
+        return parse_stats(fetch_stats(envoy_admin, timeout_s), model_clusters(body))
+    except (OSError, ValueError) as err:
+        reason = getattr(err, "reason", err)  # URLError wraps the socket error
+        return f"Envoy stats unavailable: cannot read {envoy_admin}/stats: {reason}"
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1%}"
+
+
+def format_traffic(body: dict[str, Any], traffic: EnvoyTraffic | str) -> str:
+    """Per-model requests, 4xx/5xx, error rate (5xx share) and p50/p99 upstream latency, then
+    each decision's share of traffic; or the one line saying Envoy stats are unavailable."""
+    if isinstance(traffic, str):
+        return traffic
+    models = body.get("models", {})
+    rows = [("model", "ready", "requests", "4xx", "5xx", "error rate", "p50 ms", "p99 ms")]
+    for m in traffic.models:
+        ready = "yes" if models.get(m.model, {}).get("ready") else "NO"
+        rows.append((m.model, ready, str(m.requests), str(m.rq_4xx), str(m.rq_5xx),
+                     _pct(m.error_rate), _ms(m.p50_ms), _ms(m.p99_ms)))
+    lines = ["Envoy traffic (since Envoy started; latency as of its last stats flush):", "",
+             *_table(rows)]
+    decisions = [("decision", "requests", "share")]
+    decisions += [(d.decision, str(d.requests), _pct(d.share)) for d in traffic.decisions]
+    return "\n".join([*lines, "", *_table(decisions)])
 
 
 async def probe_config(config: RouterConfig, timeout_s: float = 3.0) -> tuple[list[str], int]:
