@@ -55,7 +55,8 @@ def build_state(
     config: RouterConfig, metrics: RouterMetrics, engine: LearnedEngine | None
 ) -> RouterState:
     evaluator = SignalEvaluator(
-        config.signals, needed_signals(config), engine, on_signal_error=metrics.signal_error
+        config.signals, needed_signals(config), engine, on_signal_error=metrics.signal_error,
+        on_windows=metrics.classifier_windows,
     )
     created = int(time.time())
     objects = {

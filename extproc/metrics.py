@@ -83,6 +83,10 @@ class RouterMetrics:
         self._batch_size = Histogram(
             "semantic_router_classifier_batch_size", "Texts per classifier forward pass",
             ["classifier"], buckets=(1, 2, 4, 8, 16, 32, 64, 128), registry=self.registry)
+        self._windows = Histogram(
+            "semantic_router_classifier_windows",
+            "Encoder windows scored per request (long prompts are split, not truncated)",
+            ["signal"], buckets=(1, 2, 3, 4, 6, 8, 16, 32, 64), registry=self.registry)
         self._truncations = Counter(
             "semantic_router_classifier_truncations",
             "Texts longer than the classifier's window bound (the rest was not scored)",
@@ -93,6 +97,9 @@ class RouterMetrics:
 
     def classifier_batch(self, classifier: str, size: int) -> None:
         self._batch_size.labels(classifier).observe(size)
+
+    def classifier_windows(self, signal: str, windows: int) -> None:
+        self._windows.labels(signal).observe(windows)
 
     def classifier_truncated(self, classifier: str) -> None:
         self._truncations.labels(classifier).inc()

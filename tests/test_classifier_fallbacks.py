@@ -41,7 +41,7 @@ class FakeEngine:
                        ) -> Mapping[str, SignalScore]:
         if self.error is not None:
             raise self.error
-        return {"domain": SignalScore("domain", "math", 0.9, True)}
+        return {"domain": SignalScore("domain", "math", 0.9, True, windows=3)}
 
 
 async def _route(error: Exception | None, on_overload: str = "default",
@@ -67,8 +67,9 @@ def _count(metrics: RouterMetrics, text: str) -> bool:
 
 
 async def test_classified_request_routes() -> None:
-    response, _ = await _route(None)
+    response, metrics = await _route(None)
     assert _cluster(response) == "math"
+    assert _count(metrics, 'semantic_router_classifier_windows_sum{signal="domain"} 3.0')
 
 
 async def test_overloaded_routes_to_default_and_is_counted() -> None:

@@ -47,6 +47,7 @@ class SignalEvaluator:
         needed: frozenset[str],
         engine: LearnedEngine | None,
         on_signal_error: SignalErrorHook | None = None,
+        on_windows: Callable[[str, int], None] | None = None,
     ) -> None:
         self._keywords = tuple(s for s in specs if isinstance(s, KeywordSpec) and s.name in needed)
         self._lengths = tuple(
@@ -60,6 +61,7 @@ class SignalEvaluator:
             raise ValueError("learned signals are configured but no classifier engine was given")
         self._engine = engine
         self._on_signal_error = on_signal_error
+        self._on_windows = on_windows  # encoder windows scored per request, per signal
 
     @property
     def needs_classifiers(self) -> bool:
@@ -118,6 +120,8 @@ class SignalEvaluator:
                 results.update(self._failed("error", (spec,)))
                 continue
             results[spec.name] = SignalResult(spec.name, score.matched, score.score, score.label)
+            if self._on_windows is not None:
+                self._on_windows(spec.name, score.windows)
         return results
 
     def _failed(
