@@ -62,6 +62,15 @@ def model_cluster(target: ModelTarget) -> dict[str, Any]:
             "max_ejection_percent": 50,
         },
         "common_lb_config": {"healthy_panic_threshold": {"value": 0}},
+        # LLM requests are long: Envoy's defaults (1024 requests, 3 concurrent retries) would
+        # turn a burst into 503s; retries are bounded by a budget instead of a fixed count
+        "circuit_breakers": {"thresholds": [{
+            "priority": "DEFAULT",
+            "max_connections": 100_000,
+            "max_pending_requests": 100_000,
+            "max_requests": 100_000,
+            "retry_budget": {"budget_percent": {"value": 25.0}, "min_retry_concurrency": 32},
+        }]},
     }
     if any(e.protocol == "https" for e in target.endpoints):
         cluster["transport_socket"] = {

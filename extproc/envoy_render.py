@@ -75,10 +75,11 @@ def virtual_host(config: RouterConfig) -> dict[str, Any]:
                 "route": {
                     "cluster_header": CLUSTER_HEADER,
                     "timeout": "0s",  # SSE streams must not be cut by the 15 s default
-                    # only failures before a request reached a backend are retried (a
-                    # generation is not idempotent), and on another endpoint of the model
+                    # connection failures and resets before any response header arrived
+                    # (a backend dying mid-request) are retried on another endpoint of the
+                    # model; once headers are sent to the client nothing is retried
                     "retry_policy": {
-                        "retry_on": "connect-failure,refused-stream,reset-before-request",
+                        "retry_on": "connect-failure,refused-stream,reset-before-request,reset",
                         "num_retries": 2,
                         "retry_host_predicate": [
                             {"name": "envoy.retry_host_predicates.previous_hosts",
