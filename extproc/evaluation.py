@@ -110,6 +110,10 @@ def build_report(examples: Sequence[Example], explanations: Sequence[Explanation
         if pairs:
             report[key] = label_report(pairs)
     report["decisions"] = dict(Counter(x.outcome.decision for x in explanations).most_common())
+    # failed signals are reported, never silently scored as wrong labels
+    report["signal_errors"] = dict(Counter(
+        f"{name}: {result.error}" for x in explanations
+        for name, result in x.signals.items() if result.error).most_common())
     latencies = [x.seconds * 1000 for x in explanations]
     report["latency_ms"] = {q: round(_percentile(latencies, v), 3)
                             for q, v in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99))}
@@ -136,6 +140,9 @@ def format_report(report: dict[str, Any]) -> str:
             lines.append(f"  {expected[:20]:<20}{counts}")
     lines += ["", "decision distribution: " + ", ".join(
         f"{name} {count}" for name, count in report["decisions"].items())]
+    if report["signal_errors"]:
+        lines.append("signal errors (counted as the signal not matching): " + ", ".join(
+            f"{name} x{count}" for name, count in report["signal_errors"].items()))
     latency = report["latency_ms"]
     lines.append(f"latency ms: p50 {latency['p50']}  p90 {latency['p90']}  p99 {latency['p99']}")
     return "\n".join(lines)

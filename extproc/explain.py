@@ -8,7 +8,7 @@ import json
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from extproc.classifier_binding import build_engine
@@ -44,6 +44,9 @@ class Explanation:
         }
 
 
+OFFLINE_TIMEOUT_MS = 600_000.0
+
+
 class Explainer:
     """Builds the router state once (classifiers load here), then explains many requests."""
 
@@ -52,7 +55,15 @@ class Explainer:
         self._engine = engine
 
     @classmethod
-    async def start(cls, config: RouterConfig, logger: logging.Logger | None = None) -> Explainer:
+    async def start(cls, config: RouterConfig, logger: logging.Logger | None = None,
+                    *, classifier_timeout_ms: float | None = OFFLINE_TIMEOUT_MS) -> Explainer:
+        """``classifier_timeout_ms`` replaces the serving timeout: offline tools wait for
+        every answer (a timeout there would be scored as a wrong label); None keeps it."""
+        if classifier_timeout_ms is not None:
+            batching = config.classifiers.batching.model_copy(
+                update={"timeout_ms": classifier_timeout_ms})
+            config = replace(config, classifiers=config.classifiers.model_copy(
+                update={"batching": batching}))
         metrics = RouterMetrics()
         engine = await build_engine(config, logger or logging.getLogger("semantic_router"),
                                     metrics)

@@ -95,6 +95,7 @@ def test_eval_report_and_plot(files: tuple[Path, Path], tmp_path: Path,
     assert report["model"]["count"] == 2
     assert report["decisions"] == {"billing": 2, "weather": 2, "default": 1}
     assert report["latency_ms"]["p50"] > 0
+    assert report["signal_errors"] == {}
     assert plot.read_bytes().startswith(b"\x89PNG")
     assert main(["eval", "--config", str(config), "--data", str(data), "--signal",
                  "topic"]) == 0
