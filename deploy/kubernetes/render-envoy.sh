@@ -1,8 +1,8 @@
 #!/bin/sh
 # Renders base/envoy.yaml (the envoy-config ConfigMap) from base/router-config.yaml.
 # The ext_proc cluster points at the router's headless Service, so Envoy resolves every ready
-# router pod and spreads streams over them. tests/test_deploy.py fails while base/envoy.yaml
-# differs from this output.
+# router pod and spreads streams over them. tests/test_deploy_manifests.py fails while
+# base/envoy.yaml differs from this output.
 #   NAMESPACE=other ./render-envoy.sh   (also change `namespace:` in base/kustomization.yaml)
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
