@@ -55,6 +55,13 @@ API_KEY_PATTERNS: tuple[tuple[str, str, float], ...] = (
 MASTERCARD_2_SERIES = (
     r"\b2(?:22[1-9]|2[3-9]\d|[3-6]\d{2}|7[01]\d|720)[- ]?\d{4}[- ]?\d{4}[- ]?\d{4}\b"
 )
+# Card shapes Presidio's pattern misses: 19-digit Visa, 15-digit JCB (2131/1800) and Maestro
+# (12-19 digits on its issuer prefixes). The recognizer still Luhn-checks every match.
+EXTRA_CARD_PATTERNS = (
+    ("visa_19", r"\b4\d{3}(?:[- ]?\d{4}){3}[- ]?\d{3}\b"),
+    ("jcb_15", r"\b(?:2131|1800)[- ]?\d{4}[- ]?\d{4}[- ]?\d{3}\b"),
+    ("maestro", r"\b(?:5018|5020|5038|5893|6304|6759|676[1-3])\d{8,15}\b"),
+)
 API_KEY_CONTEXT = ("api", "key", "token", "secret", "bearer", "authorization", "credential")
 
 
@@ -130,8 +137,9 @@ def _build_recognizers(entity_types: Collection[str]) -> list[Any]:
     def card_recognizer() -> Any:
         # Presidio's pattern predates Mastercard's 2221-2720 range (issued since 2017); add it,
         # still Luhn-validated by the recognizer.
-        extra = Pattern("mastercard_2_series", MASTERCARD_2_SERIES, 0.3)
-        return CreditCardRecognizer(patterns=[*CreditCardRecognizer.PATTERNS, extra])
+        extra = [Pattern("mastercard_2_series", MASTERCARD_2_SERIES, 0.3)]
+        extra += [Pattern(name, regex, 0.3) for name, regex in EXTRA_CARD_PATTERNS]
+        return CreditCardRecognizer(patterns=[*CreditCardRecognizer.PATTERNS, *extra])
 
     class ApiKeyRecognizer(PatternRecognizer):
         def validate_result(self, pattern_text: str) -> bool | None:
