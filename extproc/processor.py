@@ -275,12 +275,18 @@ class StreamProcessor:
         if config.router.mode == "shadow":
             return Route(outcome.decision, outcome.model or "", "shadow",
                          shadowed=(*outcome.shadowed, outcome.decision), debug=debug)
+        reason = ""
+        failed = sorted({r.error for r in results.values() if r.error})
         if outcome.plugins.block is not None:
             kind = "blocked"
+        elif outcome.matched:
+            kind = "routed"
+        elif failed:  # the default model because a signal could not say: never silent
+            kind, reason = "unclassified", failed[0]
         else:
-            kind = "routed" if outcome.matched else "default"
+            kind = "default"
         pii_result = results.get(config.pii_signal) if config.pii_signal else None
-        return Route(outcome.decision, outcome.model or "", kind, plugins=outcome.plugins,
+        return Route(outcome.decision, outcome.model or "", kind, reason, plugins=outcome.plugins,
                      shadowed=outcome.shadowed, debug=debug,
                      pii=pii_result.labels if pii_result is not None else frozenset())
 

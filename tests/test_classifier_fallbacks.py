@@ -96,6 +96,9 @@ async def test_failed_signal_takes_its_on_error_outcome(
 ) -> None:
     response, metrics = await _route(error, on_error=on_error)
     assert _cluster(response) == cluster
+    if on_error == "ignore":  # default model because the signal failed: unclassified
+        assert _count(metrics, 'semantic_router_requests_total{outcome="unclassified",'
+                               f'reason="{kind}"}} 1.0')
     assert _count(metrics, f'semantic_router_signal_errors_total{{kind="{kind}",'
                            f'outcome="{on_error}",signal="domain"}} 1.0')
 
