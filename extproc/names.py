@@ -43,4 +43,5 @@ METADATA_NAMESPACE: Final = "envoy.filters.http.ext_proc"
 
 CHAT_COMPLETIONS_PATH: Final = "/v1/chat/completions"
 COMPLETIONS_PATH: Final = "/v1/completions"
+RESPONSES_PATH: Final = "/v1/responses"
 MODELS_PATH: Final = "/v1/models"

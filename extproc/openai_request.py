@@ -18,6 +18,7 @@ from extproc.errors import BadRequest
 class Endpoint(Enum):
     CHAT = "chat"
     COMPLETIONS = "completions"
+    RESPONSES = "responses"
 
 
 class TextSource(Enum):
@@ -29,6 +30,7 @@ class TextSource(Enum):
 _DECODER = json.JSONDecoder()
 _WHITESPACE = " \t\n\r"
 _SPAN_KEYS = frozenset({"model", "messages"})
+_TEXT_PARTS = frozenset({"text", "input_text", "output_text"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +117,9 @@ def parse_request(body: bytes, endpoint: Endpoint) -> OpenAIRequest:
         messages = _messages(fields.get("messages"))
         raw_messages = tuple(fields["messages"])
         prompt = ""
+    elif endpoint is Endpoint.RESPONSES:
+        messages = _responses_input(fields.get("input"), fields.get("instructions"))
+        prompt = ""
     else:
         messages = ()
         prompt = _prompt(fields.get("prompt"))
@@ -188,6 +193,28 @@ def _messages(value: Any) -> tuple[Message, ...]:
     return tuple(out)
 
 
+def _responses_input(value: Any, instructions: Any) -> tuple[Message, ...]:
+    """The Responses API's ``input`` (a string, or items with a role and string or part
+    content) and ``instructions`` as messages; tool-call items carry no text to classify."""
+    if instructions is not None and not isinstance(instructions, str):
+        raise BadRequest("'instructions' must be a string", param="instructions")
+    out = [Message("system", instructions)] if instructions else []
+    if isinstance(value, str):
+        return (*out, Message("user", value))
+    if not isinstance(value, list) or not value:
+        raise BadRequest("'input' must be a string or a non-empty array", param="input")
+    for i, item in enumerate(value):
+        if not isinstance(item, dict):
+            raise BadRequest(f"input[{i}] must be an object", param=f"input[{i}]")
+        role = item.get("role")
+        if role is None:
+            continue  # function_call, function_call_output, reasoning items
+        if not isinstance(role, str):
+            raise BadRequest(f"input[{i}].role must be a string", param=f"input[{i}].role")
+        out.append(Message(role, _content_text(item.get("content"), f"input[{i}].content")))
+    return tuple(out)
+
+
 def _content_text(content: Any, param: str) -> str:
     """String content, or the text parts of a content-part array; null is allowed (assistant
     messages with tool calls)."""
@@ -203,7 +230,7 @@ def _content_text(content: Any, param: str) -> str:
             raise BadRequest(
                 f"{param}[{j}] must be a content part with a type", param=f"{param}[{j}]"
             )
-        if part["type"] == "text":
+        if part["type"] in _TEXT_PARTS:
             text = part.get("text")
             if not isinstance(text, str):
                 raise BadRequest(f"{param}[{j}].text must be a string", param=f"{param}[{j}].text")

@@ -34,6 +34,8 @@ def canned_reply(block: Block, request: OpenAIRequest, model: str) -> tuple[byte
     client asked for (chat or completions, streamed or not)."""
     created = int(time.time())
     ident = f"blocked-{uuid.uuid4().hex[:24]}"
+    if request.endpoint is Endpoint.RESPONSES:
+        return _responses_reply(block.message, model, ident, created, request.stream)
     chat = request.endpoint is Endpoint.CHAT
     if request.stream:
         delta: dict[str, Any] = {"role": "assistant", "content": block.message}
@@ -78,3 +80,29 @@ def debug_summary(decision: str, results: Mapping[str, SignalResult]) -> str:
         text = json.dumps({"decision": decision, "signals": sorted(signals)[:50],
                            "truncated": True}, ensure_ascii=True, separators=(",", ":"))
     return text[:_DEBUG_LIMIT]
+
+
+def _responses_reply(text: str, model: str, ident: str, created: int,
+                     stream: bool) -> tuple[bytes, dict[str, str]]:
+    """The same canned answer in the Responses API's shape (a ``response`` object, or its
+    created / output_text.delta / completed events when streamed)."""
+    message = {"type": "message", "id": f"msg_{ident}", "status": "completed",
+               "role": "assistant",
+               "content": [{"type": "output_text", "text": text, "annotations": []}]}
+    response: dict[str, Any] = {
+        "id": f"resp_{ident}", "object": "response", "created_at": created, "model": model,
+        "status": "completed", "output": [message], "parallel_tool_calls": False,
+        "tool_choice": "auto", "tools": [],
+        "usage": {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0}}
+    if not stream:
+        return json.dumps(response).encode(), {"content-type": "application/json"}
+    events: list[tuple[str, dict[str, Any]]] = [
+        ("response.created", {"response": {**response, "status": "in_progress", "output": []}}),
+        ("response.output_text.delta", {"item_id": message["id"], "output_index": 0,
+                                        "content_index": 0, "delta": text}),
+        ("response.completed", {"response": response}),
+    ]
+    body = "".join(
+        f"event: {kind}\ndata: {json.dumps({'type': kind, 'sequence_number': n, **data})}\n\n"
+        for n, (kind, data) in enumerate(events))
+    return body.encode(), {"content-type": "text/event-stream", "cache-control": "no-cache"}

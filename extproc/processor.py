@@ -205,7 +205,9 @@ class StreamProcessor:
                           "remove it and retry", code="pii_not_allowed",
                           headers={DECISION_HEADER: route.decision})
         prompt = route.plugins.system_prompt
-        messages = with_system_prompt(request.raw_messages, prompt) if prompt else None
+        messages = None
+        if prompt is not None and request.endpoint is Endpoint.CHAT:  # chat only (README)
+            messages = with_system_prompt(request.raw_messages, prompt)
         mutations = Mutations(
             set_headers={
                 **dict(route.plugins.set_headers),

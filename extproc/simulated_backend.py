@@ -37,7 +37,7 @@ from typing import Any, Final
 
 from aiohttp import web
 
-from extproc.names import CHAT_COMPLETIONS_PATH, COMPLETIONS_PATH, MODELS_PATH
+from extproc.names import CHAT_COMPLETIONS_PATH, COMPLETIONS_PATH, MODELS_PATH, RESPONSES_PATH
 
 BACKEND_ID_HEADER: Final = "x-backend-id"
 RECEIVED_MODEL_HEADER: Final = "x-received-model"
@@ -128,6 +128,7 @@ class SimulatedBackend:
         app.router.add_get("/health", self._health)
         app.router.add_post(CHAT_COMPLETIONS_PATH, partial(self._complete, chat=True))
         app.router.add_post(COMPLETIONS_PATH, partial(self._complete, chat=False))
+        app.router.add_post(RESPONSES_PATH, self._respond)
         self._app = app
 
     @property
@@ -263,6 +264,48 @@ class SimulatedBackend:
         if usage is not None:
             chunks.append({**base, "object": obj, "choices": [], "usage": usage})
         return chunks
+
+    async def _respond(self, request: web.Request) -> web.StreamResponse:
+        """``/v1/responses`` (the Responses API): a ``response`` object, or its events."""
+        headers = {BACKEND_ID_HEADER: self.spec.backend_id}
+        try:
+            body = json.loads(await request.read())
+        except ValueError:
+            self._record(request, None)
+            return _error(400, "body is not valid JSON", None, "invalid_json", headers)
+        self._record(request, body if isinstance(body, dict) else None)
+        model = body.get("model") if isinstance(body, dict) else None
+        headers[RECEIVED_MODEL_HEADER] = str(model)
+        if model not in self.spec.models:
+            return _error(404, f"The model `{model}` does not exist.", "model",
+                          "model_not_found", headers)
+        text = f"[{self.spec.backend_id}] model={model} {REPLY_TEXT}"
+        ident = uuid.uuid4().hex
+        message = {"type": "message", "id": f"msg_{ident}", "status": "completed",
+                   "role": "assistant",
+                   "content": [{"type": "output_text", "text": text, "annotations": []}]}
+        response = {"id": f"resp_{ident}", "object": "response", "created_at": int(time.time()),
+                    "model": model, "status": "completed", "output": [message],
+                    "parallel_tool_calls": False, "tool_choice": "auto", "tools": [],
+                    "usage": {"input_tokens": 1, "output_tokens": len(text.split()),
+                              "total_tokens": 1 + len(text.split())}}
+        if body.get("stream") is not True:
+            return web.json_response(response, headers=headers)
+        resp = web.StreamResponse(headers={**headers, "content-type": "text/event-stream"})
+        await resp.prepare(request)
+        events: list[tuple[str, Json]] = [("response.created",
+                   {"response": {**response, "status": "in_progress", "output": []}})]
+        events += [("response.output_text.delta", {"item_id": message["id"], "output_index": 0,
+                                                   "content_index": 0, "delta": piece})
+                   for piece in _split(text, self.spec.stream_chunks)]
+        events.append(("response.completed", {"response": response}))
+        for n, (kind, data) in enumerate(events):
+            if n:
+                await asyncio.sleep(self.spec.stream_delay_s)
+            payload = json.dumps({"type": kind, "sequence_number": n, **data})
+            await resp.write(f"event: {kind}\ndata: {payload}\n\n".encode())
+        await resp.write_eof()
+        return resp
 
     async def _stream(
         self, request: web.Request, headers: dict[str, str], chunks: list[Json]

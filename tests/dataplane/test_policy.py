@@ -8,6 +8,7 @@ import json
 from collections.abc import AsyncIterator
 
 import httpx
+import openai
 import pytest
 
 from tests.dataplane.conftest import CONFIG, Stack, stack_config, start_stack, stop_stack
@@ -135,3 +136,16 @@ async def test_router_wide_shadow_mode_leaves_the_body_untouched() -> None:
         assert 'outcome="shadow"' in metrics
     finally:
         await stop_stack(stack)
+
+
+async def test_canned_reply_in_the_responses_api_shape(policy: Stack) -> None:
+    client = openai.AsyncOpenAI(base_url=policy.base_url + "/v1", api_key="sk", max_retries=0)
+    response = await client.responses.create(model="auto", input="about forbidden-topic")
+    assert response.output_text == "I can't help with that."
+    text = ""
+    async for event in await client.responses.create(
+            model="auto", input="forbidden-topic, streamed", stream=True):
+        if event.type == "response.output_text.delta":
+            text += event.delta
+    assert text == "I can't help with that."
+    await client.close()

@@ -246,3 +246,28 @@ async def test_hostile_requests_get_the_right_status(
     assert error["code"] == code
     after = await post(stack, chat_body("python again"))
     assert after.headers["x-backend-id"] == "code-1"
+
+
+async def test_responses_api_through_the_sdk(stack: Stack) -> None:
+    """The Responses API (`client.responses.create`) is routed like chat completions."""
+    client = openai.AsyncOpenAI(base_url=stack.base_url + "/v1", api_key="sk", max_retries=0)
+    response = await client.responses.create(
+        model="auto", input="Write a python function that parses a date",
+        instructions="Be brief.")
+    assert response.output_text.startswith("[code-1] model=Qwen/Qwen2.5-Coder-7B-Instruct")
+    received = stack.backends["code"].requests[-1]
+    assert received.path == "/v1/responses"
+    assert received.body["instructions"] == "Be brief."  # type: ignore[index]
+    text = ""
+    stream = await client.responses.create(
+        model="auto", stream=True,
+        input=[{"role": "user", "content": [{"type": "input_text",
+                                             "text": "integral of x squared"}]}])
+    async for event in stream:
+        if event.type == "response.output_text.delta":
+            text += event.delta
+    assert text.startswith("[reasoning-1] model=Qwen/Qwen3-8B")
+    bad = await post(stack, {"model": "auto", "input": 7}, path="/v1/responses")
+    assert bad.status_code == 400
+    assert bad.json()["error"]["param"] == "input"
+    await client.close()
