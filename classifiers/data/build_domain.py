@@ -7,6 +7,10 @@ fraction (default 0.3) also as one chat-style rewording (group = question id, so
 never splits a question's variants): routed traffic arrives as a user message ("Can you explain
 ...?"), not as a bare exam item. Options are
 left out: they add tokens (and truncation) without naming the subject any better than the stem.
+After the MMLU-Pro rows, train.jsonl gets the hand-written conversational prompts of
+`classifiers.data.chat_domains` (395 prompts, 28-30 per label), each repeated `--chat-repeat` times
+(default 3, so they weigh 1,185 of about 13,700 rows; one group per prompt, so its copies stay on
+one side of the early-stopping split). `--chat-repeat 0` rebuilds the MMLU-Pro-only data.
 """
 
 from __future__ import annotations
@@ -15,8 +19,10 @@ import argparse
 import json
 import random
 from collections.abc import Iterator
+from itertools import chain
 from pathlib import Path
 
+from classifiers.data.chat_domains import chat_rows
 from classifiers.data.sources import DEFAULT_ROOT, write_jsonl
 
 DEFAULT_SOURCE = Path("/work/shared/data/mmlu-pro/questions.jsonl")
@@ -71,8 +77,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--augment", type=float, default=0.3, help="fraction of train questions also reworded"
     )
+    parser.add_argument(
+        "--chat-repeat",
+        type=int,
+        default=3,
+        help="copies of each hand-written conversational prompt appended to train (0: none)",
+    )
     args = parser.parse_args(argv)
-    n_train = write_jsonl(args.out / "train.jsonl", rows(args.source, "train", args.augment))
+    train = chain(rows(args.source, "train", args.augment), chat_rows(args.chat_repeat))
+    n_train = write_jsonl(args.out / "train.jsonl", train)
     n_test = write_jsonl(args.out / "test.jsonl", rows(args.source, "test", augment=0.0))
     print(f"wrote {n_train} train rows and {n_test} test rows to {args.out}")
     return 0
