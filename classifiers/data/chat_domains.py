@@ -5,8 +5,8 @@ written by hand for training only, in the way people type into a chat box: short
 and formal, typos and code. "other" follows MMLU-Pro's miscellaneous bucket and holds everyday
 topics (cooking, travel, sport, hobbies, home, small talk). They are not taken from any data set
 and are not the held-out `bench/data/conversational_domains.jsonl` (nothing may be trained on
-that file). `build_domain` appends them to train.jsonl, repeated (see `--chat-repeat`). The prompts live in
-`chat_domains.json` beside this module.
+that file). `build_domain` appends them to train.jsonl, repeated (see `--chat-repeat`).
+The prompts live in `chat_domains.json` beside this module.
 """
 
 from __future__ import annotations
