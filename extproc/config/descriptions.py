@@ -127,6 +127,10 @@ DESCRIPTIONS: dict[str, str] = {
     "signals[type=pii].entity_types": "the PII entity types wanted (e.g. `[CREDIT_CARD]`); "
         "unset: all",
     "signals[type=pii].threshold": "lowest recognizer confidence that counts",
+    "signals[type=language].languages": "ISO 639-1 codes to choose among (e.g. `[en, de, fr]`); "
+        "unset: all 97 the model knows",
+    "signals[type=language].threshold": "lowest probability of the detected language that "
+        "matches",
     # decisions
     "decisions": "what to do about a request; the first enforcing decision whose rules hold "
         "wins",

@@ -25,6 +25,7 @@ from extproc.config.runtime import (
 from extproc.config.schema import (
     ContextLengthSignal,
     KeywordSignal,
+    LanguageSignal,
     LearnedSignal,
     PiiSignal,
     Plugins,
@@ -47,6 +48,7 @@ from extproc.names import ProviderModelId, PublicModelName
 from extproc.signals.specs import (
     ContextLengthSpec,
     KeywordSpec,
+    LanguageSpec,
     LearnedSpec,
     PiiSpec,
     SignalSpec,
@@ -54,7 +56,8 @@ from extproc.signals.specs import (
 )
 
 _SIGNAL_TAGS = frozenset(
-    {"keyword", "context_length", "domain", "jailbreak", "embedding", "sequence", "token", "pii"}
+    {"keyword", "context_length", "domain", "jailbreak", "embedding", "sequence", "token", "pii",
+     "language"}
 )
 
 
@@ -256,6 +259,9 @@ def _signals(parsed: RouterFile, errors: list[str]) -> list[SignalSpec]:
         elif isinstance(signal, PiiSignal):
             types = tuple(signal.entity_types) if signal.entity_types else None
             specs.append(PiiSpec(signal.name, signal.on_error, types, signal.threshold))
+        elif isinstance(signal, LanguageSignal):
+            languages = tuple(signal.languages) if signal.languages else None
+            specs.append(LanguageSpec(signal.name, signal.on_error, languages, signal.threshold))
     return specs
 
 

@@ -229,8 +229,18 @@ class PiiSignal(SignalBase):
     threshold: float = Field(default=0.5, ge=0.0, le=1.0)
 
 
+class LanguageSignal(SignalBase):
+    """The prompt's language (py3langid, 97 languages): label is the ISO 639-1 code, score its
+    probability; a rule's ``label`` names one (``{signal: lang, label: de}``)."""
+
+    type: Literal["language"]
+    languages: list[Annotated[str, Field(pattern=r"^[a-z]{2,3}$")]] | None = None
+    threshold: float = Field(default=0.5, ge=0.0, le=1.0)
+
+
 Signal = Annotated[
-    KeywordSignal | ContextLengthSignal | LearnedSignal | PiiSignal, Field(discriminator="type")
+    KeywordSignal | ContextLengthSignal | LearnedSignal | PiiSignal | LanguageSignal,
+    Field(discriminator="type"),
 ]
 
 

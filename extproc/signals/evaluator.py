@@ -16,12 +16,26 @@ from typing import TYPE_CHECKING, Protocol
 from classifiers.api import ClassifierError, ClassifierTimeout, Overloaded, SignalScore
 from extproc.decision import SignalResult
 from extproc.errors import ServiceUnavailable
-from extproc.signals.specs import ContextLengthSpec, KeywordSpec, LearnedSpec, PiiSpec, SignalSpec
+from extproc.signals.specs import (
+    ContextLengthSpec,
+    KeywordSpec,
+    LanguageSpec,
+    LearnedSpec,
+    PiiSpec,
+    SignalSpec,
+)
 
 if TYPE_CHECKING:
+    from classifiers.language import LanguageDetector
     from classifiers.pii import PiiDetector
 
 _INLINE_PII_CHARS = 512
+
+
+def _language_detector(spec: LanguageSpec) -> LanguageDetector:
+    from classifiers.language import LanguageDetector
+
+    return LanguageDetector(spec.languages)
 
 
 def _pii_detector(spec: PiiSpec) -> PiiDetector:
@@ -57,6 +71,8 @@ class SignalEvaluator:
         self._learned_names = frozenset(s.name for s in self._learned)
         self._pii = tuple((s, _pii_detector(s)) for s in specs
                           if isinstance(s, PiiSpec) and s.name in needed)
+        self._languages = tuple((s, _language_detector(s)) for s in specs
+                                if isinstance(s, LanguageSpec) and s.name in needed)
         if self._learned and engine is None:
             raise ValueError("learned signals are configured but no classifier engine was given")
         self._engine = engine
@@ -75,9 +91,24 @@ class SignalEvaluator:
             results[length.name] = length.evaluate(tokens)
         for spec, detector in self._pii:
             results[spec.name] = await self._evaluate_pii(spec, detector, text)
+        for language_spec, language_detector in self._languages:
+            results[language_spec.name] = await self._evaluate_language(
+                language_spec, language_detector, text)
         if self._learned and self._engine is not None:
             results.update(await self._evaluate_learned(text))
         return results
+
+    async def _evaluate_language(self, spec: LanguageSpec, detector: LanguageDetector,
+                                 text: str) -> SignalResult:
+        try:
+            if len(text) > _INLINE_PII_CHARS:  # n-gram scoring grows with the text
+                guess = await asyncio.to_thread(detector.detect, text)
+            else:
+                guess = detector.detect(text)
+        except Exception:  # a detector bug must take the signal's on_error path
+            return self._failed("error", (spec,))[spec.name]
+        return SignalResult(spec.name, guess.probability >= spec.threshold, guess.probability,
+                            guess.language)
 
     async def pii(self, name: str, text: str) -> SignalResult | None:
         """Just the pii signal ``name`` (for models' ``pii_allowed`` on explicit requests)."""
@@ -125,7 +156,7 @@ class SignalEvaluator:
         return results
 
     def _failed(
-        self, kind: str, specs: Sequence[LearnedSpec | PiiSpec] | None = None
+        self, kind: str, specs: Sequence[LearnedSpec | PiiSpec | LanguageSpec] | None = None
     ) -> dict[str, SignalResult]:
         results = {}
         for spec in specs if specs is not None else self._learned:

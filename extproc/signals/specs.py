@@ -102,4 +102,14 @@ class PiiSpec:
     threshold: float
 
 
-SignalSpec = KeywordSpec | ContextLengthSpec | LearnedSpec | PiiSpec
+@dataclass(frozen=True, slots=True)
+class LanguageSpec:
+    """The detector is built at start-up by the evaluator (its model loads in ~1 s)."""
+
+    name: str
+    on_error: str
+    languages: tuple[str, ...] | None
+    threshold: float
+
+
+SignalSpec = KeywordSpec | ContextLengthSpec | LearnedSpec | PiiSpec | LanguageSpec
