@@ -80,22 +80,29 @@ def stack_config(
 
 
 async def start_stack(config: RouterConfig, *, with_router: bool = True) -> Stack:
-    backends = {}
-    for target in config.models.values():
-        endpoint = target.endpoints[0]
-        backend = SimulatedBackend(BackendSpec(
-            backend_id=endpoint.name, models=(target.provider_model_id,),
-            port=endpoint.port, stream_delay_s=0.05, stream_chunks=6, record_probes=False))
-        await backend.start()
-        backends[target.name] = backend
+    """Backends, then the router, then Envoy; whatever started is stopped again if a later
+    step fails, so one failed start cannot leak servers into the tests after it."""
+    backends: dict[str, SimulatedBackend] = {}
     router = None
-    if with_router:
-        router = Router(config, logger=logging.getLogger("test.router"))
-        await router.start()
     envoy = EnvoyProcess(to_yaml(bootstrap(config)), config.listener.admin, concurrency=1)
-    envoy.start()
-    await envoy.wait_ready()
-    return Stack(config, backends, router, envoy)
+    stack = Stack(config, backends, router, envoy)
+    try:
+        for target in config.models.values():
+            endpoint = target.endpoints[0]
+            backend = SimulatedBackend(BackendSpec(
+                backend_id=endpoint.name, models=(target.provider_model_id,),
+                port=endpoint.port, stream_delay_s=0.05, stream_chunks=6, record_probes=False))
+            await backend.start()
+            backends[target.name] = backend
+        if with_router:
+            stack.router = Router(config, logger=logging.getLogger("test.router"))
+            await stack.router.start()
+        envoy.start()
+        await envoy.wait_ready()
+    except BaseException:
+        await stop_stack(stack)
+        raise
+    return stack
 
 
 async def stop_stack(stack: Stack) -> None:
