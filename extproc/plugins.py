@@ -18,6 +18,7 @@ from extproc.decision import Block, SignalResult, SystemPrompt
 from extproc.errors import Blocked
 from extproc.names import DECISION_HEADER
 from extproc.openai_request import Endpoint, OpenAIRequest
+from extproc.responses_api import response_events, response_object
 
 _DEBUG_LIMIT = 4096
 
@@ -84,25 +85,9 @@ def debug_summary(decision: str, results: Mapping[str, SignalResult]) -> str:
 
 def _responses_reply(text: str, model: str, ident: str, created: int,
                      stream: bool) -> tuple[bytes, dict[str, str]]:
-    """The same canned answer in the Responses API's shape (a ``response`` object, or its
-    created / output_text.delta / completed events when streamed)."""
-    message = {"type": "message", "id": f"msg_{ident}", "status": "completed",
-               "role": "assistant",
-               "content": [{"type": "output_text", "text": text, "annotations": []}]}
-    response: dict[str, Any] = {
-        "id": f"resp_{ident}", "object": "response", "created_at": created, "model": model,
-        "status": "completed", "output": [message], "parallel_tool_calls": False,
-        "tool_choice": "auto", "tools": [],
-        "usage": {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0}}
+    """The same canned answer in the Responses API's shape."""
+    response = response_object(text, model, ident, created)
     if not stream:
         return json.dumps(response).encode(), {"content-type": "application/json"}
-    events: list[tuple[str, dict[str, Any]]] = [
-        ("response.created", {"response": {**response, "status": "in_progress", "output": []}}),
-        ("response.output_text.delta", {"item_id": message["id"], "output_index": 0,
-                                        "content_index": 0, "delta": text}),
-        ("response.completed", {"response": response}),
-    ]
-    body = "".join(
-        f"event: {kind}\ndata: {json.dumps({'type': kind, 'sequence_number': n, **data})}\n\n"
-        for n, (kind, data) in enumerate(events))
-    return body.encode(), {"content-type": "text/event-stream", "cache-control": "no-cache"}
+    body = b"".join(response_events(response, [text]))
+    return body, {"content-type": "text/event-stream", "cache-control": "no-cache"}

@@ -38,6 +38,7 @@ from typing import Any, Final
 from aiohttp import web
 
 from extproc.names import CHAT_COMPLETIONS_PATH, COMPLETIONS_PATH, MODELS_PATH, RESPONSES_PATH
+from extproc.responses_api import response_events, response_object
 
 BACKEND_ID_HEADER: Final = "x-backend-id"
 RECEIVED_MODEL_HEADER: Final = "x-received-model"
@@ -280,30 +281,16 @@ class SimulatedBackend:
             return _error(404, f"The model `{model}` does not exist.", "model",
                           "model_not_found", headers)
         text = f"[{self.spec.backend_id}] model={model} {REPLY_TEXT}"
-        ident = uuid.uuid4().hex
-        message = {"type": "message", "id": f"msg_{ident}", "status": "completed",
-                   "role": "assistant",
-                   "content": [{"type": "output_text", "text": text, "annotations": []}]}
-        response = {"id": f"resp_{ident}", "object": "response", "created_at": int(time.time()),
-                    "model": model, "status": "completed", "output": [message],
-                    "parallel_tool_calls": False, "tool_choice": "auto", "tools": [],
-                    "usage": {"input_tokens": 1, "output_tokens": len(text.split()),
-                              "total_tokens": 1 + len(text.split())}}
+        words = len(text.split())
+        response = response_object(text, model, uuid.uuid4().hex, int(time.time()), (1, words))
         if body.get("stream") is not True:
             return web.json_response(response, headers=headers)
         resp = web.StreamResponse(headers={**headers, "content-type": "text/event-stream"})
         await resp.prepare(request)
-        events: list[tuple[str, Json]] = [("response.created",
-                   {"response": {**response, "status": "in_progress", "output": []}})]
-        events += [("response.output_text.delta", {"item_id": message["id"], "output_index": 0,
-                                                   "content_index": 0, "delta": piece})
-                   for piece in _split(text, self.spec.stream_chunks)]
-        events.append(("response.completed", {"response": response}))
-        for n, (kind, data) in enumerate(events):
+        for n, event in enumerate(response_events(response, _split(text, self.spec.stream_chunks))):
             if n:
                 await asyncio.sleep(self.spec.stream_delay_s)
-            payload = json.dumps({"type": kind, "sequence_number": n, **data})
-            await resp.write(f"event: {kind}\ndata: {payload}\n\n".encode())
+            await resp.write(event)
         await resp.write_eof()
         return resp
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from classifiers.api import ClassifierError, ClassifierTimeout, Overloaded, SignalScore
 from extproc.decision import SignalResult
@@ -29,7 +29,17 @@ if TYPE_CHECKING:
     from classifiers.language import LanguageDetector
     from classifiers.pii import PiiDetector
 
-_INLINE_PII_CHARS = 512
+_INLINE_TEXT_CHARS = 512
+
+T = TypeVar("T")
+
+
+async def _detect(detect: Callable[[str], T], text: str) -> T:
+    """Pattern and n-gram detectors are cheap for chat-sized text; long texts go to a thread
+    so one huge prompt cannot stall every other request on the event loop."""
+    if len(text) > _INLINE_TEXT_CHARS:
+        return await asyncio.to_thread(detect, text)
+    return detect(text)
 
 
 def _language_detector(spec: LanguageSpec) -> LanguageDetector:
@@ -101,10 +111,7 @@ class SignalEvaluator:
     async def _evaluate_language(self, spec: LanguageSpec, detector: LanguageDetector,
                                  text: str) -> SignalResult:
         try:
-            if len(text) > _INLINE_PII_CHARS:  # n-gram scoring grows with the text
-                guess = await asyncio.to_thread(detector.detect, text)
-            else:
-                guess = detector.detect(text)
+            guess = await _detect(detector.detect, text)
         except Exception:  # a detector bug must take the signal's on_error path
             return self._failed("error", (spec,))[spec.name]
         return SignalResult(spec.name, guess.probability >= spec.threshold, guess.probability,
@@ -119,12 +126,7 @@ class SignalEvaluator:
 
     async def _evaluate_pii(self, spec: PiiSpec, detector: PiiDetector, text: str) -> SignalResult:
         try:
-            # pattern matching is cheap for chat-sized text; long texts go to a thread so one
-            # huge prompt cannot stall every other request on the event loop
-            if len(text) > _INLINE_PII_CHARS:
-                findings = await asyncio.to_thread(detector.detect, text)
-            else:
-                findings = detector.detect(text)
+            findings = await _detect(detector.detect, text)
         except Exception:  # a detector bug must take the signal's on_error path, not the request
             return self._failed("error", (spec,))[spec.name]
         kept = [f for f in findings if f.score >= spec.threshold]
