@@ -5,13 +5,16 @@ and IP address are used directly with `nlp_artifacts=None`, so no spaCy model is
 loaded (`presidio-analyzer` still imports spaCy, ~2-8 s once at start-up: construct the detector at
 start-up, never per request). The card pattern gains Mastercard's 2-series, which it predates.
 Presidio ships no API-key recognizer, so one is added here as a Presidio `PatternRecognizer` with
-vendor token formats and `Bearer` headers.
+vendor token formats and `Bearer` headers. Phone numbers libphonenumber rejects (unassigned area
+codes, `x123` extensions) are added by shape, and bare digit runs next to a phone word, by
+`classifiers.phones`, which also drops numbers in prose that a numbering plan happens to accept.
 
 What the AnalyzerEngine would add with a spaCy model is reproduced cheaply: the context boost (a
 recognizer's context words within a short window before a match raise its score, as Presidio's
-LemmaContextAwareEnhancer does with its default factors) and overlap resolution (keep the
-higher-scoring of two overlapping findings). E-mail validation uses tldextract's bundled suffix
-snapshot: the default extractor would try to download the public suffix list on first use.
+LemmaContextAwareEnhancer does with its default factors; phone words count on either side of a
+number) and overlap resolution (keep the higher-scoring of two overlapping findings). E-mail
+validation uses tldextract's bundled suffix snapshot: the default extractor would try to download
+the public suffix list on first use.
 
 Prompts that only talk about formats ("how does the Luhn check work?") produce no findings:
 every finding needs a value that matches a pattern and passes its validator.
@@ -23,6 +26,8 @@ import re
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
+
+from classifiers import phones
 
 ENTITY_TYPES: tuple[str, ...] = (
     "EMAIL_ADDRESS",
@@ -75,31 +80,13 @@ class PiiFinding:
     score: float
 
 
-# A lone decimal ("0.994553", "1800.0000"): phonenumbers accepts many as short foreign numbers.
-_DECIMAL = re.compile(r"(?<![\d.])\d+\.\d+(?![\d.])")
-# Cheap gate before libphonenumber's matcher (its cost grows with regions x text length): a
-# phone number needs at least 7 digits in one run of digits and dialling punctuation.
+# Cheap gate before libphonenumber's matcher (its cost grows with regions x text length) and
+# classifiers.phones: a phone number needs at least 7 digits in one run of digits and dialling
+# punctuation.
 _PHONE_CANDIDATE = re.compile(r"(?:\d[\s().+/-]{0,3}){7,}")
 # National formats are parsed per region; "+<country code>" numbers are found in any pass.
 # (Presidio's own default list has "UK" and "FE", which libphonenumber does not know.)
 PHONE_REGIONS = ("US", "GB", "DE", "FR", "IN", "BR")
-_PHONE_SEPARATORS = re.compile(r"\d[-. ]+\d")
-
-
-def _plausible_phone(value: str, has_context: bool) -> bool:
-    """Reject phonenumbers' matches that are numbers in prose, not written-out phone numbers.
-
-    Science and finance prompts are full of digit runs and decimals that some region's numbering
-    plan accepts. Without a context word ("phone", "call", ...) a match must look dialled: a `+`
-    prefix, an area code in parentheses, or at least two separator groups ("415-555-2671").
-    """
-    if _DECIMAL.search(value):
-        return False
-    if has_context:
-        return True
-    return (
-        value.lstrip().startswith("+") or "(" in value or len(_PHONE_SEPARATORS.findall(value)) >= 2
-    )
 
 
 def _has_mixed_chars(value: str) -> bool:
@@ -190,26 +177,36 @@ class PiiDetector:
         if not text:
             return ()
         lowered = text.lower()
+        gate = "PHONE_NUMBER" in self.entity_types and bool(_PHONE_CANDIDATE.search(text))
         candidates: list[PiiFinding] = []
         for recognizer in self._recognizers:
             entities = [e for e in recognizer.supported_entities if e in self.entity_types]
-            if entities == ["PHONE_NUMBER"] and not _PHONE_CANDIDATE.search(text):
+            if entities == ["PHONE_NUMBER"] and not gate:
                 continue
             for result in recognizer.analyze(text, entities=entities, nlp_artifacts=None):
+                if result.entity_type == "PHONE_NUMBER":
+                    # Numbers in prose that some numbering plan accepts are dropped here.
+                    keep, context = phones.judge(lowered, result.start, result.end)
+                    if not keep:
+                        continue
+                else:
+                    window = lowered[max(0, result.start - CONTEXT_WINDOW_CHARS) : result.start]
+                    words = getattr(recognizer, "context", None) or ()
+                    context = any(word in window for word in words)
                 score = float(result.score)
-                window = lowered[max(0, result.start - CONTEXT_WINDOW_CHARS) : result.start]
-                context = any(word in window for word in getattr(recognizer, "context", None) or ())
-                if result.entity_type == "PHONE_NUMBER" and not _plausible_phone(
-                    text[result.start : result.end], context
-                ):
-                    continue
-                if context:
-                    score = min(1.0, max(score + CONTEXT_BOOST, MIN_SCORE_WITH_CONTEXT))
-                if score >= self.min_score:
-                    candidates.append(
-                        PiiFinding(result.entity_type, result.start, result.end, round(score, 4))
-                    )
-        return _resolve_overlaps(candidates)
+                candidates.append(
+                    self._finding(result.entity_type, result.start, result.end, score, context)
+                )
+        if gate:  # dialled shapes libphonenumber rejects, bare runs next to a phone word
+            for start, end, score, context in phones.find_phones(text, lowered):
+                candidates.append(self._finding("PHONE_NUMBER", start, end, score, context))
+        return _resolve_overlaps([c for c in candidates if c.score >= self.min_score])
+
+    @staticmethod
+    def _finding(entity_type: str, start: int, end: int, score: float, context: bool) -> PiiFinding:
+        if context:
+            score = min(1.0, max(score + CONTEXT_BOOST, MIN_SCORE_WITH_CONTEXT))
+        return PiiFinding(entity_type, start, end, round(score, 4))
 
 
 def _resolve_overlaps(candidates: list[PiiFinding]) -> tuple[PiiFinding, ...]:
