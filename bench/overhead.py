@@ -1,7 +1,10 @@
 """Router overhead: the same request mix and load generator against five Envoy set-ups.
 
   (a) Envoy, no ext_proc (the route goes straight to the backend cluster)
-  (b) Envoy + null ext_proc (bench/null_extproc.py: cached bytes; the floor for a Python ext_proc)
+  (b) Envoy + null ext_proc (bench/null_extproc.py: cached bytes; the floor for a Python ext_proc,
+      with the standard two messages per request: headers, then the buffered body)
+  (b1) the same null ext_proc behind the router's own rendered routes (one message per
+      request: see `router.one_message_requests`), for information
   (c) Envoy + router, explicit model names
   (d) Envoy + router, model "auto", keyword signals only
   (e) Envoy + router, model "auto", learned `domain` signal on the bundled default head
@@ -47,7 +50,8 @@ from extproc.envoy_process import EnvoyProcess
 from extproc.localnet import free_port
 from extproc.names import CHAT_COMPLETIONS_PATH, DECISION_HEADER
 
-STACK_OF = {"a": "none", "b": "null", "c": "keyword", "d": "keyword", "e": "learned"}
+STACK_OF = {"a": "none", "b": "null", "b1": "null1", "c": "keyword", "d": "keyword",
+            "e": "learned"}
 
 
 @dataclass
@@ -80,8 +84,8 @@ async def start_stack(name: str, document: dict[str, Any], backend_port: int, wo
     config = st.write_router_config(document, ports, backend_port, work / f"{name}.yaml")
     child: st.Child | None = None
     grpc = f"127.0.0.1:{ports.grpc}"
-    if name == "null":
-        child = st.null_extproc(ports.grpc, config.default_model.cluster, work / "null.log")
+    if name in ("null", "null1"):
+        child = st.null_extproc(ports.grpc, config.default_model.cluster, work / f"{name}.log")
         await child.wait_port(ports.grpc, 30)
     elif name in ("keyword", "learned"):
         child = st.router(work / f"{name}.yaml", args.router_log_level, work / f"{name}.log")
@@ -155,7 +159,7 @@ def pick_variants(args: argparse.Namespace, learned_doc: dict[str, Any], work: P
     variants = [v.strip() for v in args.only.split(",") if v.strip()]
     unknown = set(variants) - set(LABELS)
     if unknown:
-        raise SystemExit(f"--only: unknown variants {sorted(unknown)}; use a,b,c,d,e")
+        raise SystemExit(f"--only: unknown variants {sorted(unknown)}; use {','.join(LABELS)}")
     if "e" in variants:
         from bench._encoder import missing_heads
 
@@ -190,6 +194,9 @@ async def main_async(args: argparse.Namespace) -> None:
             await backend.wait_ready()
             for name in dict.fromkeys(STACK_OF[v] for v in variants):
                 document = learned_doc if name == "learned" else st.KEYWORD_CONFIG
+                if name == "null":  # the floor as the issue defines it: headers + body
+                    document = {**document, "router": {**document.get("router", {}),
+                                                       "one_message_requests": False}}
                 stacks[name] = await start_stack(name, document, backend_port, work, args)
                 print(f"stack {name!r} ready", flush=True)
             for v in variants:
@@ -247,7 +254,7 @@ def main() -> None:
     parser.add_argument("--e-duration", type=float, help="seconds per (e) cell (default: "
                         "--duration)")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved repetitions")
-    parser.add_argument("--only", default="a,b,c,d,e", help="variants to run, e.g. a,b,c")
+    parser.add_argument("--only", default="a,b,b1,c,d,e", help="variants to run, e.g. a,b,c")
     parser.add_argument("--config", help="router config for (e) (addresses and backends are "
                         "replaced; default: keywords + a domain signal on the default head)")
     parser.add_argument("--load", choices=["auto", "wrk", "python"], default="auto",

@@ -29,6 +29,7 @@ from typing import Final
 
 from extproc.wire import (
     WireError,
+    decode_double,
     field_bool,
     field_double,
     field_len,
@@ -60,12 +61,15 @@ class RequestMessage:
 
     ``headers`` holds header or trailer fields (lower-cased names; repeats joined with ",");
     ``body`` the chunk of a body phase. ``end_of_stream`` is always true for trailers.
+    ``attributes`` are the filter's ``request_attributes`` (CEL expression -> value as text),
+    which Envoy sends with the first message it sends, also when it skips the headers phase.
     """
 
     phase: Phase
     headers: Mapping[str, str]
     body: bytes
     end_of_stream: bool
+    attributes: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -89,6 +93,7 @@ _RESPONSE_FIELD: Final = dict(zip(_PHASES, range(1, 7), strict=True))
 _BODY_PHASES: Final = frozenset({Phase.REQUEST_BODY, Phase.RESPONSE_BODY})
 _TRAILER_PHASES: Final = frozenset({Phase.REQUEST_TRAILERS, Phase.RESPONSE_TRAILERS})
 
+_REQ_ATTRIBUTES: Final = 9  # ProcessingRequest.attributes: map<string, google.protobuf.Struct>
 _RESP_IMMEDIATE: Final = 7  # ProcessingResponse.immediate_response
 _RESP_DYNAMIC_METADATA: Final = 8  # ProcessingResponse.dynamic_metadata (google.protobuf.Struct)
 _RESP_MODE_OVERRIDE: Final = 9  # ProcessingResponse.mode_override (ProcessingMode)
@@ -136,7 +141,9 @@ def _header_value(data: bytes) -> tuple[str, str]:
     return _text(key).lower(), _text(raw_value or value)
 
 
-def _header_map_slow(data: bytes, headers: dict[str, str]) -> dict[str, str]:
+def _header_map_slow(
+    data: bytes, headers: dict[str, str], wanted: frozenset[bytes] | None = None
+) -> dict[str, str]:
     """Generic path of :func:`_header_map`, for entries the fast path does not recognise."""
     for number, _, item in iter_fields(data):
         if number != 1:
@@ -144,23 +151,28 @@ def _header_map_slow(data: bytes, headers: dict[str, str]) -> dict[str, str]:
         if not isinstance(item, bytes):
             raise AdapterError("HeaderMap.headers has the wrong wire type")
         name, value = _header_value(item)
+        if wanted is not None and name.encode("utf-8", "surrogateescape") not in wanted:
+            continue
         previous = headers.get(name)
         headers[name] = value if previous is None else f"{previous},{value}"
     return headers
 
 
-def _header_map(data: bytes, headers: dict[str, str]) -> dict[str, str]:
+def _header_map(
+    data: bytes, headers: dict[str, str], wanted: frozenset[bytes] | None = None
+) -> dict[str, str]:
     """Add HeaderMap entries (headers=1, repeated HeaderValue) to ``headers``; return it.
 
     Repeated names fold into one value joined with "," as HTTP allows for list-valued fields.
     Inlined fast path for what Envoy sends (each entry ``key=1`` then ``raw_value=3``, one-byte
     lengths): about a third cheaper than the generic reader, which handles everything else.
+    With ``wanted`` (lower-case names as bytes), other headers are skipped undecoded.
     """
     pos = 0
     end = len(data)
     while pos < end:
         if data[pos] != 0x0A or pos + 1 >= end:  # not headers=1 (LEN): take the generic path
-            return _header_map_slow(data[pos:], headers)
+            return _header_map_slow(data[pos:], headers, wanted)
         size = data[pos + 1]
         if size < 0x80:
             pos += 2
@@ -177,17 +189,24 @@ def _header_map(data: bytes, headers: dict[str, str]) -> dict[str, str]:
             and data[key_end + 1] < 0x80
             and key_end + 2 + data[key_end + 1] == stop
         ):
-            name = _text(data[pos + 2 : key_end]).lower()
+            key = data[pos + 2 : key_end]
+            if wanted is not None and key not in wanted and key.lower() not in wanted:
+                pos = stop
+                continue
+            name = _text(key).lower()
             value = _text(data[key_end + 2 : stop])
         else:
             name, value = _header_value(data[pos:stop])
+            if wanted is not None and name.encode("utf-8", "surrogateescape") not in wanted:
+                pos = stop
+                continue
         pos = stop
         previous = headers.get(name)
         headers[name] = value if previous is None else f"{previous},{value}"
     return headers
 
 
-def _message(data: bytes, phase: Phase) -> RequestMessage:
+def _message(data: bytes, phase: Phase, wanted: frozenset[bytes] | None) -> RequestMessage:
     """HttpHeaders (headers=1, end_of_stream=3), HttpBody (body=1, end_of_stream=2) or
     HttpTrailers (trailers=1); other fields (attributes, newer additions) are skipped."""
     headers: dict[str, str] = {}
@@ -202,7 +221,7 @@ def _message(data: bytes, phase: Phase) -> RequestMessage:
             if is_body:
                 body = item
             else:
-                headers = _header_map(item, headers)  # a repeated message field merges
+                headers = _header_map(item, headers, wanted)  # a repeated field merges
         elif number == eos_field and phase not in _TRAILER_PHASES:
             if not isinstance(item, int):
                 raise AdapterError(f"{phase.value}.end_of_stream has the wrong wire type")
@@ -210,18 +229,60 @@ def _message(data: bytes, phase: Phase) -> RequestMessage:
     return RequestMessage(phase, headers, body, end_of_stream)
 
 
-def parse_request(data: bytes) -> RequestMessage:
+def _struct_text(value: bytes) -> str | None:
+    """google.protobuf.Value as text: string_value=3, number_value=2 (integral numbers
+    without ".0"), bool_value=4; other kinds (null, struct, list) give None."""
+    for number, wire_type, item in iter_fields(value):
+        if number == 3 and isinstance(item, bytes):
+            return _text(item)
+        if number == 2 and wire_type == 1 and isinstance(item, int):
+            number_value = decode_double(item)
+            return str(int(number_value)) if number_value.is_integer() else str(number_value)
+        if number == 4 and isinstance(item, int):
+            return "true" if item else "false"
+    return None
+
+
+def _map_entry(data: bytes) -> tuple[bytes, bytes]:
+    """A map entry {key=1, value=2} as raw bytes."""
+    key = value = b""
+    for number, _, item in iter_fields(data):
+        if isinstance(item, bytes):
+            if number == 1:
+                key = item
+            elif number == 2:
+                value = item
+    return key, value
+
+
+def _attributes(entry: bytes, attributes: dict[str, str]) -> None:
+    """One ``attributes`` entry (namespace -> Struct) flattened into ``attributes``."""
+    _, struct = _map_entry(entry)
+    for number, _, item in iter_fields(struct):
+        if number == 1 and isinstance(item, bytes):
+            key, value = _map_entry(item)
+            text = _struct_text(value)
+            if text is not None:
+                attributes[_text(key)] = text
+
+
+def parse_request(data: bytes, wanted: frozenset[bytes] | None = None) -> RequestMessage:
     """Read a ``ProcessingRequest``. A message with no known phase gives ``Phase.UNKNOWN``.
 
-    As protobuf does, the last member of the ``request`` oneof on the wire wins; fields the
-    router does not read (metadata_context, attributes, protocol_config, ...) are skipped.
+    ``wanted``: keep only these headers (lower-case names as bytes); None keeps all.
+    As protobuf does, the last member of the ``request`` oneof on the wire wins. Attributes
+    of every namespace are merged into one mapping; fields the router does not read
+    (metadata_context, protocol_config, ...) are skipped.
     """
     try:
         phase = Phase.UNKNOWN
         payload = b""
+        attributes: dict[str, str] = {}
         for number, _, item in iter_fields(data):
             found = _REQUEST_PHASES.get(number)
             if found is None:
+                if number == _REQ_ATTRIBUTES and isinstance(item, bytes):
+                    _attributes(item, attributes)
                 continue
             if not isinstance(item, bytes):
                 raise AdapterError(f"ProcessingRequest field {number} has the wrong wire type")
@@ -230,7 +291,12 @@ def parse_request(data: bytes) -> RequestMessage:
             phase = found
         if phase is Phase.UNKNOWN:
             return RequestMessage(Phase.UNKNOWN, {}, b"", False)
-        return _message(payload, phase)
+        message = _message(payload, phase, wanted)
+        if attributes:
+            return RequestMessage(
+                phase, message.headers, message.body, message.end_of_stream, attributes
+            )
+        return message
     except WireError as err:
         raise AdapterError(f"malformed ProcessingRequest: {err}") from err
 
@@ -261,8 +327,15 @@ def _value_bytes(name: object, value: object) -> bytes:
         raise AdapterError(f"invalid value for header {name!r}: {err.reason}") from err
 
 
-def _header_option(name: str, value: str) -> bytes:
+def _header_option(name: object, value: object) -> bytes:
     """HeaderValueOption{header: HeaderValue{key=1, raw_value=3}, append_action=3}."""
+    if isinstance(name, str) and isinstance(value, str):
+        return _header_option_cached(name, value)
+    return _header_option_cached.__wrapped__(name, value)  # reports the bad name or value
+
+
+@functools.lru_cache(maxsize=4096)  # clusters, decisions, lengths repeat; bounded, so no leak
+def _header_option_cached(name: str, value: str) -> bytes:
     raw = _value_bytes(name, value)
     header = field_len(1, _name_bytes(name))
     if raw:  # proto3: an empty raw_value is the default and is not written
@@ -299,6 +372,27 @@ def _struct(fields: Mapping[str, bytes]) -> bytes:
 
 def _dynamic_metadata(metadata: Mapping[str, Mapping[str, str | float | bool]]) -> bytes:
     """A Struct whose top-level keys are namespaces and whose values are Structs."""
+    try:
+        # the type is part of the key: True == 1 == 1.0 would otherwise share an entry
+        key = tuple(
+            (namespace, tuple((k, type(v).__name__, v) for k, v in values.items()))
+            for namespace, values in metadata.items()
+        )
+        return _dynamic_metadata_cached(key)
+    except TypeError:  # an unhashable value: build it uncached, which reports it
+        return _dynamic_metadata_uncached(metadata)
+
+
+@functools.lru_cache(maxsize=1024)  # a route's metadata repeats on every request like it
+def _dynamic_metadata_cached(
+    key: tuple[tuple[str, tuple[tuple[str, str, str | float | bool], ...]], ...],
+) -> bytes:
+    return _dynamic_metadata_uncached(
+        {namespace: {k: v for k, _, v in values} for namespace, values in key}
+    )
+
+
+def _dynamic_metadata_uncached(metadata: Mapping[str, Mapping[str, str | float | bool]]) -> bytes:
     try:
         namespaces = {
             namespace: field_len(

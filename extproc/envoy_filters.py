@@ -16,9 +16,13 @@ from extproc.names import (
     CLIENT_ID_HEADER,
     CLUSTER_HEADER,
     DECISION_HEADER,
+    HEADER_ATTRIBUTES,
     IMMEDIATE_DETAILS,
 )
 from extproc.security import ClientKey, Secrets
+
+EXT_PROC_FILTER = "envoy.filters.http.ext_proc"  # the filter's name: per-route configs use it
+ROUTE_FROM_METADATA_FILTER = "semantic_router.route_from_metadata"
 
 # response_code_details of Envoy's api_key_auth filter (verified on Envoy 1.40)
 AUTH_DETAILS = {"missing_api_key": "missing API key; send 'Authorization: Bearer <key>'",
@@ -97,7 +101,7 @@ def fail_open_lua_filter(config: RouterConfig,
 def ext_proc_filter(config: RouterConfig) -> dict[str, Any]:
     timeout_s = config.router.message_timeout_ms / 1000
     return {
-        "name": "envoy.filters.http.ext_proc",
+        "name": EXT_PROC_FILTER,
         "typed_config": {
             "@type": "type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3."
             "ExternalProcessor",
@@ -105,19 +109,86 @@ def ext_proc_filter(config: RouterConfig) -> dict[str, Any]:
             "failure_mode_allow": config.router.failure_mode == "open",
             "message_timeout": f"{timeout_s:g}s",
             "allow_mode_override": True,
-            "processing_mode": {
-                "request_header_mode": "SEND",
-                # the response headers come from dynamic metadata (virtual host
-                # response_headers_to_add): one ext_proc message less per request
-                "response_header_mode": "SKIP",
-                "request_body_mode": "BUFFERED",
-                "response_body_mode": "NONE",
-                "request_trailer_mode": "SKIP",
-                "response_trailer_mode": "SKIP",
-            },
+            "processing_mode": _processing_mode("SEND"),
+            "request_attributes": list(HEADER_ATTRIBUTES.values()),
             "metadata_options": {
                 "receiving_namespaces": {"untyped": ["envoy.filters.http.ext_proc"]},
             },
+        },
+    }
+
+
+def _processing_mode(request_headers: str) -> dict[str, str]:
+    return {
+        "request_header_mode": request_headers,
+        # the response headers come from dynamic metadata (virtual host
+        # response_headers_to_add): one ext_proc message less per request
+        "response_header_mode": "SKIP",
+        "request_body_mode": "BUFFERED",
+        "response_body_mode": "NONE",
+        "request_trailer_mode": "SKIP",
+        "response_trailer_mode": "SKIP",
+    }
+
+
+def one_message_routing(config: RouterConfig) -> bool:
+    """Whether the rendered routes send OpenAI POSTs to the router as one message. Envoy
+    drops header mutations answered to a body whose headers phase was skipped, so the
+    routing headers come from dynamic metadata (``route_from_metadata_filter``); backend
+    credentials (``api_key_env``) and ``set_headers`` plugins need real header mutations,
+    so configs that use them keep the headers phase."""
+    if not config.router.one_message_requests:
+        return False
+    if any(ref.api_key_env for m in config.source.providers.models for ref in m.backend_refs):
+        return False
+    return not any(d.plugins.set_headers for d in config.decisions)
+
+
+def route_from_metadata_filter() -> dict[str, Any]:
+    """After ext_proc: where the router's header mutations were dropped (one-message
+    routes), set the cluster and decision headers from the router's dynamic metadata and
+    re-route. A request that already has the decision header was routed by mutations."""
+    code = (
+        "function envoy_on_request(handle)\n"
+        # With the headers phase skipped, ext_proc lets headers pass at once and holds only
+        # the body: waiting for the body here holds the headers back from the router filter
+        # until the router has answered (header objects taken before body() go stale).
+        "  if handle:body() == nil then return end\n"
+        "  local headers = handle:headers()\n"
+        f'  if headers:get("{DECISION_HEADER}") ~= nil then return end\n'
+        "  local meta = handle:streamInfo():dynamicMetadata()"
+        f':get("{EXT_PROC_FILTER}")\n'
+        '  if meta == nil or meta["cluster"] == nil then return end\n'
+        f'  headers:replace("{CLUSTER_HEADER}", meta["cluster"])\n'
+        f'  headers:replace("{DECISION_HEADER}", meta["decision"])\n'
+        "  handle:clearRouteCache()\n"
+        "end\n"
+    )
+    # No default code: only the one-message routes name this script (one_message_override),
+    # so no other request has its body held here.
+    return {
+        "name": ROUTE_FROM_METADATA_FILTER,
+        "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua",
+            "source_codes": {ROUTE_FROM_METADATA_FILTER: {"inline_string": code}},
+        },
+    }
+
+
+def one_message_override() -> dict[str, Any]:
+    """Per-route ext_proc config for POSTs that carry a body: skip the headers phase. The
+    filter's ``request_attributes`` then carry the headers the router reads with the body
+    (verified on Envoy 1.40: Envoy sends them with the first message it sends, whatever the
+    phase; ``request_attributes`` in a per-route override, by contrast, are not sent)."""
+    return {
+        EXT_PROC_FILTER: {
+            "@type": "type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3."
+            "ExtProcPerRoute",
+            "overrides": {"processing_mode": _processing_mode("SKIP")},
+        },
+        ROUTE_FROM_METADATA_FILTER: {
+            "@type": "type.googleapis.com/envoy.extensions.filters.http.lua.v3.LuaPerRoute",
+            "name": ROUTE_FROM_METADATA_FILTER,
         },
     }
 
@@ -148,6 +219,7 @@ def http_filters(config: RouterConfig, secrets: Secrets | None = None) -> list[d
         *auth,
         lua_filter(config.default_model.cluster),
         ext_proc_filter(config),
+        *([route_from_metadata_filter()] if one_message_routing(config) else []),
         *fail_open,
         {
             "name": "envoy.filters.http.router",

@@ -18,14 +18,22 @@ import yaml
 from extproc.config import RouterConfig
 from extproc.config.runtime import split_host_port
 from extproc.envoy_clusters import EXTPROC_CLUSTER, clusters, socket_address
-from extproc.envoy_filters import http_filters, local_reply_config
+from extproc.envoy_filters import (
+    http_filters,
+    local_reply_config,
+    one_message_override,
+    one_message_routing,
+)
 from extproc.names import (
+    CHAT_COMPLETIONS_PATH,
     CLUSTER_HEADER,
+    COMPLETIONS_PATH,
     DEBUG_HEADER,
     DECISION_HEADER,
     EXPLICIT_DECISION,
     METADATA_NAMESPACE,
     MODEL_HEADER,
+    RESPONSES_PATH,
 )
 from extproc.security import Secrets, envoy_secrets
 
@@ -64,31 +72,53 @@ _ACCESS_LOG_FORMAT = {
 }
 
 
+def _route_action() -> dict[str, Any]:
+    return {
+        "cluster_header": CLUSTER_HEADER,
+        "timeout": "0s",  # SSE streams must not be cut by the 15 s default
+        # connection failures and resets before any response header arrived (a backend
+        # dying mid-request) are retried on another endpoint of the model; once headers
+        # are sent to the client nothing is retried
+        "retry_policy": {
+            "retry_on": "connect-failure,refused-stream,reset-before-request,reset",
+            "num_retries": 2,
+            "retry_host_predicate": [
+                {"name": "envoy.retry_host_predicates.previous_hosts",
+                 "typed_config": {"@type": _PREVIOUS_HOSTS}}],
+            "host_selection_retry_max_attempts": 3,
+        },
+    }
+
+
+def one_message_routes() -> list[dict[str, Any]]:
+    """POSTs to the OpenAI endpoints that announce a non-empty body: one ext_proc message
+    (see ``one_message_override``). Anything else (no content-length, e.g. chunked uploads;
+    other methods, which the router answers with 405) takes the catch-all route and its
+    headers phase."""
+    return [
+        {
+            "match": {
+                "path": path,  # Envoy compares it with the query string removed
+                "headers": [
+                    {"name": ":method", "string_match": {"exact": "POST"}},
+                    {"name": "content-length",
+                     "string_match": {"safe_regex": {"regex": "[1-9][0-9]{0,17}"}}},
+                ],
+            },
+            "route": _route_action(),
+            "typed_per_filter_config": one_message_override(),
+        }
+        for path in (CHAT_COMPLETIONS_PATH, COMPLETIONS_PATH, RESPONSES_PATH)
+    ]
+
+
 def virtual_host(config: RouterConfig) -> dict[str, Any]:
     decisions = sorted({d.name for d in config.decisions} | {"default", EXPLICIT_DECISION})
+    fast = one_message_routes() if one_message_routing(config) else []
     return {
         "name": VIRTUAL_HOST,
         "domains": ["*"],
-        "routes": [
-            {
-                "match": {"prefix": "/"},
-                "route": {
-                    "cluster_header": CLUSTER_HEADER,
-                    "timeout": "0s",  # SSE streams must not be cut by the 15 s default
-                    # connection failures and resets before any response header arrived
-                    # (a backend dying mid-request) are retried on another endpoint of the
-                    # model; once headers are sent to the client nothing is retried
-                    "retry_policy": {
-                        "retry_on": "connect-failure,refused-stream,reset-before-request,reset",
-                        "num_retries": 2,
-                        "retry_host_predicate": [
-                            {"name": "envoy.retry_host_predicates.previous_hosts",
-                             "typed_config": {"@type": _PREVIOUS_HOSTS}}],
-                        "host_selection_retry_max_attempts": 3,
-                    },
-                },
-            }
-        ],
+        "routes": [*fast, {"match": {"prefix": "/"}, "route": _route_action()}],
         "virtual_clusters": [
             {
                 "name": name,

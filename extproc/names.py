@@ -45,3 +45,15 @@ CHAT_COMPLETIONS_PATH: Final = "/v1/chat/completions"
 COMPLETIONS_PATH: Final = "/v1/completions"
 RESPONSES_PATH: Final = "/v1/responses"
 MODELS_PATH: Final = "/v1/models"
+
+HEADER_ATTRIBUTES: Final = {
+    ":path": "request.path",
+    ":method": "request.method",
+    REQUEST_ID_HEADER: "request.id",
+    "content-type": "request.headers['content-type']",
+    "content-encoding": "request.headers['content-encoding']",
+    "content-length": "request.headers['content-length']",
+    DEBUG_HEADER: f"request.headers['{DEBUG_HEADER}']",
+}
+"""The request headers the router reads, as the Envoy attributes (CEL expressions) that carry
+them when a route skips the ext_proc headers phase: Envoy then sends them with the body."""

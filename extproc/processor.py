@@ -11,6 +11,7 @@ import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Final
 
 from classifiers.api import Overloaded
 from extproc import envoy_adapter as adapter
@@ -35,6 +36,7 @@ from extproc.names import (
     DECISION_HEADER,
     DEFAULT_DECISION,
     EXPLICIT_DECISION,
+    HEADER_ATTRIBUTES,
     IMMEDIATE_DETAILS,
     METADATA_NAMESPACE,
     MODEL_HEADER,
@@ -46,6 +48,8 @@ from extproc.plugins import blocked_error, canned_reply, debug_summary, with_sys
 from extproc.signals.specs import estimate_tokens
 
 _JSON = {"content-type": "application/json"}
+READ_HEADERS: Final = frozenset(name.encode() for name in HEADER_ATTRIBUTES)
+"""The only request headers the processor reads; the servicer parses nothing else."""
 _MODELS_PREFIX = MODELS_PATH + "/"
 
 
@@ -62,6 +66,18 @@ class Route:
     debug: str = ""
     pii: frozenset[str] = frozenset()
     """PII entity types found (only when a pii signal ran)."""
+
+
+def _headers_message(body: RequestMessage) -> RequestMessage:
+    """The headers the router reads, rebuilt from the attributes Envoy sends with the body
+    when the route skips the headers phase (one ext_proc message per request)."""
+    attributes = body.attributes
+    headers = {
+        name: attributes[expression]
+        for name, expression in HEADER_ATTRIBUTES.items()
+        if expression in attributes
+    }
+    return RequestMessage(Phase.REQUEST_HEADERS, headers, b"", not body.body)
 
 
 class StreamProcessor:
@@ -85,6 +101,13 @@ class StreamProcessor:
             if phase is Phase.REQUEST_HEADERS:
                 return self.on_request_headers(message)
             if phase is Phase.REQUEST_BODY:
+                if self._endpoint is None and message.attributes:
+                    answered = self.on_request_headers(_headers_message(message))
+                    if self._endpoint is None:  # not an OpenAI endpoint: nothing to route
+                        self.finished = True
+                        if self.route is None:
+                            return adapter.continue_response(Phase.REQUEST_BODY)
+                        return answered
                 return await self.on_request_body(message)
             if phase is Phase.RESPONSE_HEADERS:
                 return self.on_response_headers()
@@ -217,7 +240,7 @@ class StreamProcessor:
             },
             body=request.rewrite(target.provider_model_id, messages),
             clear_route_cache=True,
-            dynamic_metadata={METADATA_NAMESPACE: self._metadata(route)},
+            dynamic_metadata={METADATA_NAMESPACE: self._metadata(route, target.cluster)},
         )
         return adapter.continue_response(Phase.REQUEST_BODY, mutations)
 
@@ -227,12 +250,14 @@ class StreamProcessor:
         return {AUTHORIZATION_HEADER: value} if value else {}
 
     @staticmethod
-    def _metadata(route: Route) -> dict[str, str | float | bool]:
-        """Read by Envoy's access log and by the virtual host's response_headers_to_add
-        (x-semantic-router-model, -decision and, when asked for, -debug)."""
+    def _metadata(route: Route, cluster: str) -> dict[str, str | float | bool]:
+        """Read by Envoy's access log, by the virtual host's response_headers_to_add
+        (x-semantic-router-model, -decision and, when asked for, -debug) and, on one-message
+        routes, by the Lua filter that routes on ``cluster`` (Envoy drops header mutations
+        there)."""
         metadata: dict[str, str | float | bool] = {
             "decision": route.decision, "model": route.model, "outcome": route.outcome,
-            "shadowed": ",".join(route.shadowed)}
+            "shadowed": ",".join(route.shadowed), "cluster": cluster}
         if route.debug:
             metadata["debug"] = route.debug
         return metadata

@@ -21,7 +21,7 @@ from extproc import envoy_adapter as adapter
 from extproc.context import RouterState
 from extproc.errors import error_body
 from extproc.names import EXT_PROC_SERVICE, IMMEDIATE_DETAILS
-from extproc.processor import StreamProcessor
+from extproc.processor import READ_HEADERS, StreamProcessor
 
 _INTERNAL = adapter.immediate_response(
     500,
@@ -52,7 +52,7 @@ class ExtProcServicer:
         try:
             async for raw in requests:
                 try:
-                    message = adapter.parse_request(raw)
+                    message = adapter.parse_request(raw, READ_HEADERS)
                 except adapter.AdapterError as err:
                     status = "invalid_message"
                     self._logger.warning("unreadable ext_proc message", extra={"error": str(err)})

@@ -77,6 +77,39 @@ def test_parse_response_headers_and_envoy_extras() -> None:
     assert msg.end_of_stream is False
 
 
+def test_parse_body_with_attributes_as_envoy_sends_them_without_a_headers_phase() -> None:
+    # Shape verified on Envoy 1.40 (request_header_mode SKIP + request_attributes).
+    fields = {
+        "request.path": pb.Value(string_value="/v1/chat/completions?x=1"),
+        "request.method": pb.Value(string_value="POST"),
+        "request.size": pb.Value(number_value=173.0),
+        "ratio": pb.Value(number_value=0.5),
+        "request.headers['content-type']": pb.Value(string_value="application/json"),
+        "flag": pb.Value(bool_value=True),
+        "nothing": pb.Value(null_value=pb.NullValue.NULL_VALUE),
+    }
+    request = ep.ProcessingRequest(
+        request_body=ep.HttpBody(body=b"{}", end_of_stream=True),
+        attributes={
+            "envoy.filters.http.ext_proc": pb.Struct(fields=fields),
+            "other": pb.Struct(fields={"request.id": pb.Value(string_value="abc")}),
+        },
+    )
+    msg = parse_request(bytes(request))
+    assert (msg.phase, msg.body, msg.end_of_stream) == (Phase.REQUEST_BODY, b"{}", True)
+    assert dict(msg.attributes) == {
+        "request.path": "/v1/chat/completions?x=1",
+        "request.method": "POST",
+        "request.size": "173",
+        "ratio": "0.5",
+        "request.headers['content-type']": "application/json",
+        "flag": "true",
+        "request.id": "abc",
+    }
+    assert parse_request(bytes(ep.ProcessingRequest(request_body=ep.HttpBody(body=b"x")))
+                         ).attributes == {}
+
+
 @pytest.mark.parametrize(
     ("name", "phase"),
     [("request_body", Phase.REQUEST_BODY), ("response_body", Phase.RESPONSE_BODY)],

@@ -3,6 +3,7 @@ wheel's binary) and carries the wire facts the router depends on."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -12,8 +13,10 @@ import yaml
 from extproc.cli import main
 from extproc.config import RouterConfig, load_config, load_config_text
 from extproc.config.runtime import cluster_name_for
+from extproc.envoy_filters import EXT_PROC_FILTER, ROUTE_FROM_METADATA_FILTER
 from extproc.envoy_process import validate_config
 from extproc.envoy_render import EXTPROC_CLUSTER, bootstrap, fragment, to_yaml
+from extproc.names import HEADER_ATTRIBUTES
 
 DEFAULT_YAML = Path(__file__).resolve().parent.parent / "config" / "default.yaml"
 HCM = "envoy.filters.network.http_connection_manager"
@@ -108,6 +111,7 @@ def test_ext_proc_filter_wire_facts(config: RouterConfig) -> None:
         "response_trailer_mode": "SKIP",
     }
     assert typed["allow_mode_override"] is True
+    assert set(typed["request_attributes"]) == set(HEADER_ATTRIBUTES.values())
     assert typed["failure_mode_allow"] is (config.router.failure_mode == "open")
     assert typed["grpc_service"] == {"envoy_grpc": {"cluster_name": EXTPROC_CLUSTER}}
     assert typed["message_timeout"] == f"{config.router.message_timeout_ms / 1000:g}s"
@@ -120,10 +124,21 @@ def test_route_and_listener(config: RouterConfig) -> None:
     host, _, port = config.listener.address.rpartition(":")
     assert listener["address"] == {"socket_address": {"address": host, "port_value": int(port)}}
     (vhost,) = hcm_of(document)["route_config"]["virtual_hosts"]
-    (route,) = vhost["routes"]
+    *fast, route = vhost["routes"]
     assert route["match"] == {"prefix": "/"}
-    assert route["route"]["cluster_header"] == "x-semantic-router-cluster"
-    assert route["route"]["timeout"] == "0s"
+    assert "typed_per_filter_config" not in route  # the catch-all keeps the headers phase
+    for each in (*fast, route):
+        assert each["route"]["cluster_header"] == "x-semantic-router-cluster"
+        assert each["route"]["timeout"] == "0s"
+    assert [r["match"]["path"] for r in fast] == [
+        "/v1/chat/completions", "/v1/completions", "/v1/responses"]
+    for each in fast:
+        override = each["typed_per_filter_config"]["envoy.filters.http.ext_proc"]["overrides"]
+        assert override["processing_mode"]["request_header_mode"] == "SKIP"
+    slow = bootstrap(dataclasses.replace(config, router=config.router.model_copy(
+        update={"one_message_requests": False})))
+    (only,) = hcm_of(slow)["route_config"]["virtual_hosts"][0]["routes"]
+    assert only == route
     assert "x-semantic-router-decision" in vhost["request_headers_to_remove"]
     vclusters = {v["name"] for v in vhost["virtual_clusters"]}
     decisions = {d.name.replace("/", "_") for d in config.decisions}
@@ -255,3 +270,28 @@ def test_cli_render_bad_config(tmp_path: Path, capsys: pytest.CaptureFixture[str
     out, err = capsys.readouterr()
     assert out == ""
     assert "providers.defaults: Field required" in err
+
+
+def _routes_and_filters(config: RouterConfig) -> tuple[list[dict[str, Any]], list[str]]:
+    hcm = hcm_of(bootstrap(config))
+    routes = hcm["route_config"]["virtual_hosts"][0]["routes"]
+    return routes, [f["name"] for f in hcm["http_filters"]]
+
+
+def test_one_message_routes_need_no_header_mutations() -> None:
+    routes, filters = _routes_and_filters(remote("open"))
+    assert len(routes) == 4
+    assert filters.index(ROUTE_FROM_METADATA_FILTER) == filters.index(EXT_PROC_FILTER) + 1
+    per_route = routes[0]["typed_per_filter_config"][ROUTE_FROM_METADATA_FILTER]
+    assert per_route["name"] == ROUTE_FROM_METADATA_FILTER  # the script runs on these only
+    with_key = REMOTE.replace(
+        'endpoint: "[::1]:8000"}', 'endpoint: "[::1]:8000", api_key_env: SR_K}'
+    ).replace("FAILURE", "closed")
+    with_headers = REMOTE.replace("model: hosted:large}", "model: hosted:large, "
+                                  "plugins: {set_headers: {x-tenant: blue}}}").replace(
+        "FAILURE", "closed")
+    for text in (with_key, with_headers):
+        assert text != REMOTE
+        routes, filters = _routes_and_filters(load_config_text(text))
+        assert [r["match"] for r in routes] == [{"prefix": "/"}]
+        assert ROUTE_FROM_METADATA_FILTER not in filters

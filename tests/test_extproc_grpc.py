@@ -16,6 +16,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from extproc.config import load_config_text
 from extproc.errors import error_body
+from extproc.names import HEADER_ATTRIBUTES
 from extproc.server import Router
 
 with warnings.catch_warnings():  # envoy-data-plane trips a pydantic deprecation at import
@@ -120,7 +121,8 @@ def routed_body(body: bytes, cluster: str, decision: str, model: str,
             option("content-length", str(len(body))),
         ]
     )
-    fields = {"decision": decision, "model": model, "outcome": outcome, "shadowed": ""}
+    fields = {"decision": decision, "model": model, "outcome": outcome, "shadowed": "",
+              "cluster": cluster}
     metadata = pb.Struct(
         fields={
             "envoy.filters.http.ext_proc": pb.Value(
@@ -415,3 +417,35 @@ async def test_stream_ends_after_the_body_answer_by_default() -> None:
             assert await call.code() == grpc.StatusCode.OK
     finally:
         await router.stop(0.5)
+
+
+def body_with_attributes(body: bytes, **headers: str) -> ep.ProcessingRequest:
+    """What Envoy sends on a one-message route: the body, the headers as attributes."""
+    values = {":path": CHAT_PATH, ":method": "POST", "x-request-id": "r-1",
+              "content-type": "application/json",
+              **{k.replace("_", "-"): v for k, v in headers.items()}}
+    fields = {HEADER_ATTRIBUTES[name]: pb.Value(string_value=value)
+              for name, value in values.items() if name in HEADER_ATTRIBUTES}
+    return ep.ProcessingRequest(
+        request_body=ep.HttpBody(body=body, end_of_stream=True),
+        attributes={"envoy.filters.http.ext_proc": pb.Struct(fields=fields)},
+    )
+
+
+async def test_one_message_request_is_checked_and_routed(channel: grpc.aio.Channel) -> None:
+    body = chat("auto", "Fix my Python code", temperature=0.2)
+    new_body = body.replace(b'"auto"', b'"Qwen/Qwen2.5-Coder-7B-Instruct"', 1)
+    # one message in, one answer out, and the router ends the stream itself
+    assert await exchange(channel, [body_with_attributes(body)]) == [
+        routed_body(new_body, "local_coder", "code", "local/coder", "routed")]
+    wrong_type = await exchange(channel, [body_with_attributes(body, content_type="text/plain")])
+    assert wrong_type == [immediate(
+        ST.UnsupportedMediaType,
+        invalid("content type 'text/plain' is not supported; send application/json", None,
+                "unsupported_media_type"))]
+    wrong_method = await exchange(channel, [body_with_attributes(body, **{":method": "PUT"})])
+    assert wrong_method[0].immediate_response.status.code == ST.MethodNotAllowed
+    # unknown paths are answered as on the two-message path (router.unknown_paths: reject)
+    other = await exchange(channel, [body_with_attributes(body, **{":path": "/v1/embeddings"})])
+    assert other[0].immediate_response.status.code == ST.NotFound
+    await assert_routes(channel)

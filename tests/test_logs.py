@@ -41,7 +41,7 @@ def test_background_handler_writes_in_order_and_counts_drops() -> None:
     assert handler.dropped >= 6  # bounded: the writer is stalled, the queue holds 3
     gate.set()
     for _ in range(500):  # bounded wait for the writer to drain the queue
-        if handler._queue.empty():
+        if handler.pending() == 0:
             break
         time.sleep(0.01)
     handler.emit(logging.makeLogRecord({"msg": "after", "levelname": "INFO"}))

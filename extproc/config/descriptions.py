@@ -47,6 +47,10 @@ DESCRIPTIONS: dict[str, str] = {
     "router.end_streams_after_request": "end each ext_proc stream once the request is routed "
         "(the rendered filter skips the response phases); set `false` if your Envoy sends "
         "response headers to the router",
+    "router.one_message_requests": "render routes that send OpenAI POSTs with a "
+        "`content-length` to the router as one ext_proc message (the body, with the headers "
+        "it reads as request attributes) and route them from its dynamic metadata; not used "
+        "when a model has `api_key_env` or a decision `set_headers` (both need a headers phase)",
     "router.shutdown_grace_s": "on SIGTERM, health turns not-ready and in-flight streams get "
         "this long to finish",
     "router.endpoint_discovery": "`static`: clusters list the configured endpoints; `eds`: "

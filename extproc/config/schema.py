@@ -139,6 +139,11 @@ class RouterSettings(Strict):
     # End each ext_proc stream once the request is routed: the rendered filter skips the
     # response phases. Set false if your Envoy sends response headers to the router.
     end_streams_after_request: bool = True
+    # POSTs with a body to the OpenAI endpoints reach the router as ONE ext_proc message (the
+    # body, with the headers the router reads sent as request attributes) instead of two: a
+    # per-route override in the rendered config. Not with api_key_env or set_headers (they
+    # need a headers phase). Routes of your own without the override still work.
+    one_message_requests: bool = True
     # on SIGTERM: health turns not-ready, then in-flight streams get this long to finish
     shutdown_grace_s: float = Field(default=30.0, ge=0, le=3600)
     # Backends and workers (extproc/prober.py, extproc/workers.py, extproc/eds.py).
