@@ -8,6 +8,7 @@ those bytes, and every other field reaches the backend as the client sent it.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
@@ -28,7 +29,7 @@ class TextSource(Enum):
 
 
 _DECODER = json.JSONDecoder()
-_WHITESPACE = " \t\n\r"
+_WS_RUN = re.compile(r"[ \t\n\r]*")  # JSON whitespace
 _SPAN_KEYS = frozenset({"model", "messages"})
 _TEXT_PARTS = frozenset({"text", "input_text", "output_text"})
 
@@ -171,10 +172,7 @@ def _parse_top_level(text: str) -> tuple[dict[str, Any], list[tuple[str, int, in
 
 
 def _skip_ws(text: str, pos: int) -> int:
-    end = len(text)
-    while pos < end and text[pos] in _WHITESPACE:
-        pos += 1
-    return pos
+    return _WS_RUN.match(text, pos).end()  # type: ignore[union-attr]  # `*` always matches
 
 
 def _messages(value: Any) -> tuple[Message, ...]:
