@@ -98,9 +98,26 @@ def pad_rows(rows: Sequence[Sequence[int]], pad_id: int) -> dict[str, torch.Tens
     }
 
 
+# A chunk ends before a row this much longer than the chunk's shortest one (plus a few
+# tokens): a prompt's short last window then runs on its own instead of being padded to the
+# full window length (a 512-token prompt: 2 x 256 + 45 tokens instead of 3 x 256).
+MAX_LENGTH_SPREAD = 1.5
+
+
 def length_sorted_chunks(windows: Windows, chunk_size: int) -> Iterator[list[int]]:
-    """Row indices in chunks of `chunk_size`, grouped by length so padding stays small."""
+    """Row indices in chunks of at most `chunk_size`, grouped by length so padding stays
+    small (see `MAX_LENGTH_SPREAD`)."""
     order = sorted(range(len(windows.rows)), key=lambda i: len(windows.rows[i]))
     size = max(1, chunk_size)
-    for start in range(0, len(order), size):
-        yield order[start : start + size]
+    chunk: list[int] = []
+    shortest = 0
+    for index in order:
+        length = len(windows.rows[index])
+        if chunk and (len(chunk) >= size or length > shortest * MAX_LENGTH_SPREAD + 16):
+            yield chunk
+            chunk = []
+        if not chunk:
+            shortest = length
+        chunk.append(index)
+    if chunk:
+        yield chunk

@@ -8,7 +8,13 @@ from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
 from classifiers.encoder import bundled_encoder_dir
 from classifiers.runners import forward_rows, rows_by_owner
-from classifiers.windowing import CHARS_PER_TOKEN_BUDGET, pad_rows, split_windows
+from classifiers.windowing import (
+    CHARS_PER_TOKEN_BUDGET,
+    Windows,
+    length_sorted_chunks,
+    pad_rows,
+    split_windows,
+)
 
 
 @pytest.fixture(scope="module")
@@ -79,3 +85,12 @@ def test_forward_rows_pads_token_outputs_across_chunks(
     for i, row in enumerate(windows.rows):
         assert out[i, : len(row), 0].tolist() == [float(t) for t in row]
         assert out[i, len(row) :, 0].sum() == 0
+
+
+def test_chunks_keep_short_windows_apart_from_long_ones() -> None:
+    rows = tuple(tuple(range(n)) for n in (256, 45, 256, 40, 250))
+    windows = Windows(rows, (0, 0, 0, 1, 1), (3, 2), (False, False))
+    chunks = list(length_sorted_chunks(windows, chunk_size=8))
+    assert chunks == [[3, 1], [4, 0, 2]]  # 40+45 together, the ~256-token rows together
+    assert [len(c) for c in length_sorted_chunks(windows, chunk_size=2)] == [2, 2, 1]
+    assert sorted(i for c in chunks for i in c) == list(range(5))
