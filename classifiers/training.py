@@ -329,6 +329,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--val-fraction", type=float, default=TrainConfig.val_fraction)
     parser.add_argument("--seed", type=int, default=TrainConfig.seed)
     parser.add_argument("--encoder", help="encoder directory (default: bundled all-MiniLM-L6-v2)")
+    parser.add_argument(
+        "--adapter",
+        default="bundled",
+        help="LoRA adapter merged into the encoder: bundled (the shipped one, bundled encoder "
+        "only), a directory, or none",
+    )
     parser.add_argument("--max-length", type=int, default=256, help="encoder truncation (tokens)")
     parser.add_argument("--device", default="cpu", help="encoder device: cpu | cuda | cuda:N")
     parser.add_argument("--cache-dir", help="cache embeddings here as .npy (reused across runs)")
@@ -358,7 +364,12 @@ def run(args: argparse.Namespace) -> int:
     except (OSError, ValueError) as err:
         log(f"error: {err}")
         return 2
-    encoder = Encoder.load(args.encoder, device=args.device, max_length=args.max_length)
+    encoder = Encoder.load(
+        args.encoder,
+        device=args.device,
+        max_length=args.max_length,
+        adapter=None if args.adapter == "none" else args.adapter,
+    )
     key = f"{encoder.model_id}|{encoder.max_length}|mean|l2"
     cache = Path(args.cache_dir) if args.cache_dir else None
     embed = embed_with_encoder(encoder, label="embed train")
@@ -392,7 +403,7 @@ def run(args: argparse.Namespace) -> int:
                 f" (n={m['support']})"
             )
     card = card | {
-        "encoder": encoder.model_id if args.encoder is None else str(args.encoder),
+        "encoder": encoder.model_id,
         "max_length": encoder.max_length,
         "metrics": card.get("metrics", {}) | metrics,
         "training": report | {"data": Path(args.data).name, "n_examples": len(train)},

@@ -31,6 +31,7 @@ def classifier_settings(config: RouterConfig) -> ClassifierSettings:
     return ClassifierSettings(
         device=source.device,
         encoder=source.encoder,
+        encoder_adapter=source.encoder_adapter,
         max_length=source.max_length,
         max_windows=source.max_windows,
         quantize_int8=source.quantize_int8,

@@ -78,6 +78,9 @@ DESCRIPTIONS: dict[str, str] = {
         "`SEMANTIC_ROUTER_DEVICE` overrides it (e.g. `cpu` to leave the GPU to vLLM)",
     "classifiers.encoder": "shared encoder directory or hub id (unset: the bundled "
         "all-MiniLM-L6-v2)",
+    "classifiers.encoder_adapter": "LoRA adapter merged into the encoder at start-up: "
+        "`bundled` (the one the bundled heads were trained with; bundled encoder only), an "
+        "adapter directory, or `null` for the plain encoder (heads must match it)",
     "classifiers.max_length": "tokens per classifier window",
     "classifiers.max_windows": "a longer text is split into at most this many windows",
     "classifiers.quantize_int8": "dynamic int8 linear layers on CPU (ignored on CUDA)",

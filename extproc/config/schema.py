@@ -165,6 +165,7 @@ class BatchingConfig(Strict):
 class ClassifiersConfig(Strict):
     device: str = Field(default="auto", pattern=r"^(auto|cpu|cuda|cuda:[0-9]+)$")
     encoder: str | None = None
+    encoder_adapter: str | None = "bundled"
     max_length: int = Field(default=256, ge=16, le=8192)
     max_windows: int = Field(default=8, ge=1, le=64)
     quantize_int8: bool = False

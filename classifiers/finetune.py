@@ -1,0 +1,233 @@
+"""Fine-tune the shared encoder with a LoRA adapter on several labelled tasks at once.
+
+Constraints: a build-time training step (`python -m classifiers.finetune`), never run by the
+router. Every task (e.g. domain and jailbreak) gets a throw-away linear head on the same pooled,
+L2-normalized embedding the router uses, so one adapter serves every head and the router still makes
+one encoder pass per request. A distillation term keeps the adapted embedding close to the base
+encoder's (cosine), so `embedding` signals written against the base encoder keep working. The
+heads that ship are retrained afterwards on the adapted encoder with `classifiers.training`.
+Validation holds out whole groups per task; the adapter of the best epoch (mean validation
+accuracy over tasks) is saved.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from classifiers.adapter import LoRALinear, add_lora, save_adapter, set_lora_enabled
+from classifiers.encoder import BUNDLED_MODEL_ID, bundled_encoder_dir
+from classifiers.training import Example, read_jsonl, split_groups
+
+
+@dataclass(frozen=True)
+class Task:
+    """One labelled training file and its throw-away head."""
+
+    name: str
+    labels: tuple[str, ...]
+    train: tuple[Example, ...]
+    val: tuple[Example, ...]
+
+
+def _log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def load_task(name: str, path: str, val_fraction: float, limit: int, seed: int) -> Task:
+    """Read `path`, optionally subsample to `limit` rows, hold out whole groups for validation."""
+    rows = read_jsonl(path)
+    if limit and len(rows) > limit:
+        rows = random.Random(seed).sample(rows, limit)
+    labels = tuple(sorted({r.label for r in rows}))
+    y = np.array([labels.index(r.label) for r in rows])
+    train_idx, val_idx = split_groups(y, [r.group for r in rows], val_fraction, seed)
+    return Task(
+        name, labels, tuple(rows[i] for i in train_idx), tuple(rows[i] for i in val_idx)
+    )
+
+
+def _pool(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    weights = mask.unsqueeze(-1).to(hidden.dtype)
+    pooled = (hidden * weights).sum(1) / weights.sum(1).clamp(min=1e-9)
+    return torch.nn.functional.normalize(pooled, p=2.0, dim=1)
+
+
+class MultiTask:
+    """The adapted encoder plus one linear head per task."""
+
+    def __init__(self, source: str, tasks: Sequence[Task], rank: int, alpha: float) -> None:
+        from transformers import AutoModel, AutoTokenizer
+
+        self.tokenizer = AutoTokenizer.from_pretrained(source)
+        self.model = AutoModel.from_pretrained(source)
+        self.lora: dict[str, LoRALinear] = add_lora(self.model, rank, alpha)
+        dim = int(self.model.config.hidden_size)
+        # Embeddings are unit vectors: a learnable temperature lets the heads reach sharp logits.
+        self.heads = torch.nn.ModuleDict(
+            {t.name: torch.nn.Linear(dim, len(t.labels)) for t in tasks}
+        )
+        self.temperature = torch.nn.Parameter(torch.tensor(10.0))
+
+    def parameters(self) -> list[torch.nn.Parameter]:
+        lora = [p for w in self.lora.values() for p in (w.lora_a, w.lora_b)]
+        return lora + list(self.heads.parameters()) + [self.temperature]
+
+    def embed(self, texts: Sequence[str], max_length: int) -> tuple[torch.Tensor, Any]:
+        enc = self.tokenizer(
+            list(texts), padding=True, truncation=True, max_length=max_length, return_tensors="pt"
+        )
+        return _pool(self.model(**enc).last_hidden_state, enc["attention_mask"]), enc
+
+    def base_embed(self, enc: Any) -> torch.Tensor:
+        set_lora_enabled(self.lora, False)
+        try:
+            with torch.no_grad():
+                return _pool(self.model(**enc).last_hidden_state, enc["attention_mask"])
+        finally:
+            set_lora_enabled(self.lora, True)
+
+    def logits(self, task: str, emb: torch.Tensor) -> torch.Tensor:
+        return self.heads[task](emb * self.temperature)
+
+
+def _batches(task: Task, batch_size: int, rng: random.Random) -> list[tuple[str, list[Example]]]:
+    """Length-bucketed shuffled batches: sort within chunks of 50 batches to cut padding."""
+    rows = list(task.train)
+    rng.shuffle(rows)
+    out: list[tuple[str, list[Example]]] = []
+    chunk = batch_size * 50
+    for start in range(0, len(rows), chunk):
+        part = sorted(rows[start : start + chunk], key=lambda r: len(r.text))
+        out += [
+            (task.name, part[i : i + batch_size]) for i in range(0, len(part), batch_size)
+        ]
+    return out
+
+
+def validate(net: MultiTask, task: Task, max_length: int) -> float:
+    """Accuracy of the task's throw-away head on its held-out groups."""
+    net.model.eval()
+    correct = 0
+    rows = sorted(task.val, key=lambda r: len(r.text))
+    with torch.inference_mode():
+        for start in range(0, len(rows), 64):
+            part = rows[start : start + 64]
+            emb, _ = net.embed([r.text for r in part], max_length)
+            pred = net.logits(task.name, emb).argmax(1).tolist()
+            correct += sum(task.labels[p] == r.label for p, r in zip(pred, part, strict=True))
+    net.model.train()
+    return correct / max(len(rows), 1)
+
+
+def train(args: argparse.Namespace) -> int:
+    torch.manual_seed(args.seed)
+    rng = random.Random(args.seed)
+    tasks = [
+        load_task(name, path, args.val_fraction, limit, args.seed)
+        for name, path, limit in (
+            (spec.split("=", 1)[0], spec.split("=", 1)[1].split(":")[0], _limit(spec))
+            for spec in args.task
+        )
+    ]
+    for task in tasks:
+        _log(f"task {task.name}: {len(task.train)} train, {len(task.val)} val, {task.labels}")
+    net = MultiTask(str(bundled_encoder_dir()), tasks, args.rank, args.alpha)
+    optimizer = torch.optim.AdamW(net.parameters(), lr=args.lr, weight_decay=0.01)
+    by_name = {t.name: t for t in tasks}
+    best = (-1.0, 0)
+    history: list[dict[str, Any]] = []
+    started = time.monotonic()
+    for epoch in range(1, args.epochs + 1):
+        batches = [b for t in tasks for b in _batches(t, args.batch_size, rng)]
+        rng.shuffle(batches)
+        total = len(batches)
+        lr_at = [args.lr * min(1.0, (i + 1) / 50) * (1 - i / total) for i in range(total)]
+        for step, (name, rows) in enumerate(batches):
+            for group in optimizer.param_groups:
+                group["lr"] = lr_at[step]
+            emb, enc = net.embed([r.text for r in rows], args.max_length)
+            target = torch.tensor([by_name[name].labels.index(r.label) for r in rows])
+            loss = torch.nn.functional.cross_entropy(
+                net.logits(name, emb), target, label_smoothing=0.05
+            )
+            if args.distill > 0:
+                cos = (emb * net.base_embed(enc)).sum(1)
+                loss = loss + args.distill * (1 - cos).mean()
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            if step % 20 == 0:
+                _log(
+                    f"epoch {epoch} step {step}/{total} {name} loss {loss.item():.3f} "
+                    f"({time.monotonic() - started:.0f} s)"
+                )
+        scores = {t.name: round(validate(net, t, args.max_length), 4) for t in tasks}
+        mean = float(np.mean(list(scores.values())))
+        history.append({"epoch": epoch, "val_accuracy": scores})
+        _log(f"epoch {epoch}: validation {scores}")
+        if mean > best[0]:
+            best = (mean, epoch)
+            save_adapter(
+                net.lora,
+                args.out,
+                {
+                    "name": args.name,
+                    "base": BUNDLED_MODEL_ID,
+                    "rank": args.rank,
+                    "alpha": args.alpha,
+                    "tasks": {t.name: list(t.labels) for t in tasks},
+                    "training": {
+                        "epochs": args.epochs,
+                        "best_epoch": epoch,
+                        "history": history,
+                        "lr": args.lr,
+                        "batch_size": args.batch_size,
+                        "max_length": args.max_length,
+                        "distill": args.distill,
+                        "seconds": round(time.monotonic() - started),
+                    },
+                },
+            )
+            _log(f"saved adapter to {args.out}")
+    return 0
+
+
+def _limit(spec: str) -> int:
+    _, _, tail = spec.partition("=")
+    return int(tail.split(":")[1]) if ":" in tail else 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "--task",
+        action="append",
+        required=True,
+        help="NAME=train.jsonl[:LIMIT] (repeat per task; LIMIT subsamples rows)",
+    )
+    parser.add_argument("--out", type=Path, required=True, help="adapter directory")
+    parser.add_argument("--name", default="sr-lora", help="adapter name (heads record it)")
+    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--lr", type=float, default=5e-4)
+    parser.add_argument("--rank", type=int, default=16)
+    parser.add_argument("--alpha", type=float, default=32.0)
+    parser.add_argument("--max-length", type=int, default=128)
+    parser.add_argument("--distill", type=float, default=1.0, help="weight of the cosine term")
+    parser.add_argument("--val-fraction", type=float, default=0.05)
+    parser.add_argument("--seed", type=int, default=0)
+    return train(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
