@@ -29,14 +29,13 @@ from typing import Final
 
 from extproc.wire import (
     WireError,
-    decode_double,
     field_bool,
-    field_double,
     field_len,
     field_varint,
     iter_fields,
     read_varint,
 )
+from extproc.wire_struct import encode_struct, encode_value, map_entry, value_text
 
 
 class AdapterError(ValueError):
@@ -229,39 +228,13 @@ def _message(data: bytes, phase: Phase, wanted: frozenset[bytes] | None) -> Requ
     return RequestMessage(phase, headers, body, end_of_stream)
 
 
-def _struct_text(value: bytes) -> str | None:
-    """google.protobuf.Value as text: string_value=3, number_value=2 (integral numbers
-    without ".0"), bool_value=4; other kinds (null, struct, list) give None."""
-    for number, wire_type, item in iter_fields(value):
-        if number == 3 and isinstance(item, bytes):
-            return _text(item)
-        if number == 2 and wire_type == 1 and isinstance(item, int):
-            number_value = decode_double(item)
-            return str(int(number_value)) if number_value.is_integer() else str(number_value)
-        if number == 4 and isinstance(item, int):
-            return "true" if item else "false"
-    return None
-
-
-def _map_entry(data: bytes) -> tuple[bytes, bytes]:
-    """A map entry {key=1, value=2} as raw bytes."""
-    key = value = b""
-    for number, _, item in iter_fields(data):
-        if isinstance(item, bytes):
-            if number == 1:
-                key = item
-            elif number == 2:
-                value = item
-    return key, value
-
-
 def _attributes(entry: bytes, attributes: dict[str, str]) -> None:
     """One ``attributes`` entry (namespace -> Struct) flattened into ``attributes``."""
-    _, struct = _map_entry(entry)
+    _, struct = map_entry(entry)
     for number, _, item in iter_fields(struct):
         if number == 1 and isinstance(item, bytes):
-            key, value = _map_entry(item)
-            text = _struct_text(value)
+            key, value = map_entry(item)
+            text = value_text(value)
             if text is not None:
                 attributes[_text(key)] = text
 
@@ -350,26 +323,6 @@ def _header_mutation(set_headers: Mapping[str, str], remove: list[str]) -> bytes
     return b"".join(parts)
 
 
-def _struct_value(value: object) -> bytes:
-    """google.protobuf.Value: number_value=2 (double), string_value=3, bool_value=4."""
-    # bool before float: bool is an int subclass and must stay a bool in the Struct.
-    if isinstance(value, bool):
-        return field_bool(4, value)
-    if isinstance(value, int | float):
-        return field_double(2, float(value))
-    if isinstance(value, str):
-        return field_len(3, value.encode("utf-8"))
-    raise AdapterError(f"dynamic metadata value {value!r} is not str, float or bool")
-
-
-def _struct(fields: Mapping[str, bytes]) -> bytes:
-    """google.protobuf.Struct: fields=1, map entries {key=1, value=2} in mapping order."""
-    return b"".join(
-        field_len(1, field_len(1, key.encode("utf-8")) + field_len(2, value))
-        for key, value in fields.items()
-    )
-
-
 def _dynamic_metadata(metadata: Mapping[str, Mapping[str, str | float | bool]]) -> bytes:
     """A Struct whose top-level keys are namespaces and whose values are Structs."""
     try:
@@ -396,11 +349,13 @@ def _dynamic_metadata_uncached(metadata: Mapping[str, Mapping[str, str | float |
     try:
         namespaces = {
             namespace: field_len(
-                5, _struct({key: _struct_value(value) for key, value in values.items()})
+                5, encode_struct({key: encode_value(value) for key, value in values.items()})
             )
             for namespace, values in metadata.items()
         }
-        return _struct(namespaces)
+        return encode_struct(namespaces)
+    except TypeError as err:
+        raise AdapterError(f"dynamic metadata value: {err}") from err
     except (AttributeError, OverflowError, UnicodeEncodeError) as err:
         raise AdapterError(f"invalid dynamic metadata: {err}") from err
 
