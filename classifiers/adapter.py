@@ -20,8 +20,9 @@ from safetensors.torch import load_file, save_file
 
 ADAPTER_CONFIG = "adapter.json"
 ADAPTER_WEIGHTS = "adapter.safetensors"
-# The Linear layers of a BERT-style encoder layer (attention and feed-forward).
-DEFAULT_TARGETS = ("query", "key", "value", "attention.output.dense", "intermediate.dense")
+# Every Linear layer of a BERT-style encoder layer: q, k, v, both output projections
+# ("output.dense" ends attention.output.dense too) and the feed-forward input.
+DEFAULT_TARGETS = ("query", "key", "value", "output.dense", "intermediate.dense")
 
 
 class AdapterError(ValueError):

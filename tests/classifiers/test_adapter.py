@@ -38,7 +38,7 @@ def test_merged_weights_reproduce_the_adapted_model(tmp_path: Path) -> None:
     base = _hidden(_tiny())
     adapted = _tiny()
     wrapped = add_lora(adapted, rank=4, alpha=8.0)
-    assert len(wrapped) == 2 * 5  # q, k, v, attention output, intermediate per layer
+    assert len(wrapped) == 2 * 6  # q, k, v, attention output, intermediate, output per layer
     trainable = {id(p) for p in adapted.parameters() if p.requires_grad}
     assert trainable == {id(p) for w in wrapped.values() for p in (w.lora_a, w.lora_b)}
     torch.manual_seed(1)
