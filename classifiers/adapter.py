@@ -19,10 +19,26 @@ import torch
 from safetensors.torch import load_file, save_file
 
 ADAPTER_CONFIG = "adapter.json"
+BASE_ENCODER_ID = "sentence-transformers/all-MiniLM-L6-v2"  # what the bundled encoder is
 ADAPTER_WEIGHTS = "adapter.safetensors"
 # Every Linear layer of a BERT-style encoder layer: q, k, v, both output projections
 # ("output.dense" ends attention.output.dense too) and the feed-forward input.
 DEFAULT_TARGETS = ("query", "key", "value", "output.dense", "intermediate.dense")
+
+
+def bundled_adapter_dir() -> Path:
+    """The LoRA adapter fine-tuned for the default heads (classifiers/models/encoder)."""
+    return Path(__file__).resolve().parent / "models" / "encoder"
+
+
+def default_encoder_id() -> str:
+    """The id of the default encoder: the bundled MiniLM with the bundled adapter, when it is
+    there (`<encoder>+<adapter name>`, what `Encoder.model_id` reports and heads record)."""
+    config = bundled_adapter_dir() / ADAPTER_CONFIG
+    if not config.is_file():
+        return BASE_ENCODER_ID
+    name = json.loads(config.read_text()).get("name", bundled_adapter_dir().name)
+    return f"{BASE_ENCODER_ID}+{name}"
 
 
 class AdapterError(ValueError):

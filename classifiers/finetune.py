@@ -24,7 +24,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from classifiers.adapter import LoRALinear, add_lora, save_adapter, set_lora_enabled
+from classifiers.adapter import (
+    DEFAULT_TARGETS,
+    LoRALinear,
+    add_lora,
+    save_adapter,
+    set_lora_enabled,
+)
 from classifiers.encoder import BUNDLED_MODEL_ID, bundled_encoder_dir
 from classifiers.training import Example, read_jsonl, split_groups
 
@@ -65,12 +71,15 @@ def _pool(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 class MultiTask:
     """The adapted encoder plus one linear head per task."""
 
-    def __init__(self, source: str, tasks: Sequence[Task], rank: int, alpha: float) -> None:
+    def __init__(
+        self, source: str, tasks: Sequence[Task], rank: int, alpha: float,
+        targets: tuple[str, ...] = DEFAULT_TARGETS,
+    ) -> None:
         from transformers import AutoModel, AutoTokenizer
 
         self.tokenizer = AutoTokenizer.from_pretrained(source)
         self.model = AutoModel.from_pretrained(source)
-        self.lora: dict[str, LoRALinear] = add_lora(self.model, rank, alpha)
+        self.lora: dict[str, LoRALinear] = add_lora(self.model, rank, alpha, targets)
         dim = int(self.model.config.hidden_size)
         # Embeddings are unit vectors: a learnable temperature lets the heads reach sharp logits.
         self.heads = torch.nn.ModuleDict(
@@ -141,7 +150,8 @@ def train(args: argparse.Namespace) -> int:
     ]
     for task in tasks:
         _log(f"task {task.name}: {len(task.train)} train, {len(task.val)} val, {task.labels}")
-    net = MultiTask(str(bundled_encoder_dir()), tasks, args.rank, args.alpha)
+    targets = tuple(t.strip() for t in args.targets.split(",") if t.strip())
+    net = MultiTask(str(bundled_encoder_dir()), tasks, args.rank, args.alpha, targets)
     optimizer = torch.optim.AdamW(net.parameters(), lr=args.lr, weight_decay=0.01)
     by_name = {t.name: t for t in tasks}
     best = (-1.0, 0)
@@ -223,6 +233,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rank", type=int, default=16)
     parser.add_argument("--alpha", type=float, default=32.0)
     parser.add_argument("--max-length", type=int, default=128)
+    parser.add_argument(
+        "--targets",
+        default=",".join(DEFAULT_TARGETS),
+        help="Linear layers to adapt (module name suffixes, comma-separated)",
+    )
     parser.add_argument("--distill", type=float, default=1.0, help="weight of the cosine term")
     parser.add_argument("--val-fraction", type=float, default=0.05)
     parser.add_argument("--seed", type=int, default=0)

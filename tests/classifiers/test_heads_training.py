@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from classifiers.adapter import default_encoder_id
 from classifiers.heads import (
     CONFIG_FILE,
     MAX_HEAD_BYTES,
@@ -134,7 +135,7 @@ def test_cli_trains_a_head_from_jsonl(tmp_path: Path) -> None:
     assert head.labels == ("code", "cooking")
     config = json.loads((out / CONFIG_FILE).read_text())
     assert config["metrics"]["eval"]["accuracy"] == 1.0
-    assert config["encoder"] == "sentence-transformers/all-MiniLM-L6-v2"
+    assert config["encoder"] == default_encoder_id()  # the bundled MiniLM + bundled adapter
     assert list((tmp_path / "c").glob("*.npy"))  # embeddings cached for the next run
 
 
@@ -159,6 +160,6 @@ def test_committed_default_heads_load(name: str, labels: tuple[str, ...]) -> Non
     assert head.input_dim == 384
     assert head_size_bytes(directory) < MAX_HEAD_BYTES
     config = json.loads((directory / CONFIG_FILE).read_text())
-    assert config["encoder"] == "sentence-transformers/all-MiniLM-L6-v2"
+    assert config["encoder"] == default_encoder_id()  # the bundled MiniLM + bundled adapter
     assert config["pooling"] == "mean"
     assert "Licence" in (directory / "README.md").read_text()
