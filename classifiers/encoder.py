@@ -46,6 +46,13 @@ def adapter_dir(path: str | None, adapter: str | None) -> Path | None:
     return Path(adapter)
 
 
+def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """The embedding every head reads: the mean of the unmasked token states, L2-normalized."""
+    mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+    pooled = (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1e-9)
+    return torch.nn.functional.normalize(pooled, p=2.0, dim=1)
+
+
 @dataclass
 class Encoder:
     """A tokenizer + transformer that maps texts to L2-normalized mean-pooled embeddings."""
@@ -124,10 +131,7 @@ class Encoder:
                 if key in encoding
             }
             hidden = self.model(**inputs).last_hidden_state.float()
-            mask = inputs["attention_mask"].unsqueeze(-1).to(hidden.dtype)
-            summed = (hidden * mask).sum(dim=1)
-            pooled = summed / mask.sum(dim=1).clamp(min=1e-9)
-            return torch.nn.functional.normalize(pooled, p=2.0, dim=1)
+            return mean_pool(hidden, inputs["attention_mask"])
 
     def embed(self, texts: Sequence[str], batch_size: int = 64) -> torch.Tensor:
         """Embeddings `[N, dim]` float32 on CPU, in `batch_size` chunks (texts truncated)."""

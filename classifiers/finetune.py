@@ -31,7 +31,7 @@ from classifiers.adapter import (
     save_adapter,
     set_lora_enabled,
 )
-from classifiers.encoder import BUNDLED_MODEL_ID, bundled_encoder_dir
+from classifiers.encoder import BUNDLED_MODEL_ID, bundled_encoder_dir, mean_pool
 from classifiers.training import Example, read_jsonl, split_groups
 
 
@@ -62,12 +62,6 @@ def load_task(name: str, path: str, val_fraction: float, limit: int, seed: int) 
     )
 
 
-def _pool(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    weights = mask.unsqueeze(-1).to(hidden.dtype)
-    pooled = (hidden * weights).sum(1) / weights.sum(1).clamp(min=1e-9)
-    return torch.nn.functional.normalize(pooled, p=2.0, dim=1)
-
-
 class MultiTask:
     """The adapted encoder plus one linear head per task."""
 
@@ -95,13 +89,13 @@ class MultiTask:
         enc = self.tokenizer(
             list(texts), padding=True, truncation=True, max_length=max_length, return_tensors="pt"
         )
-        return _pool(self.model(**enc).last_hidden_state, enc["attention_mask"]), enc
+        return mean_pool(self.model(**enc).last_hidden_state, enc["attention_mask"]), enc
 
     def base_embed(self, enc: Any) -> torch.Tensor:
         set_lora_enabled(self.lora, False)
         try:
             with torch.no_grad():
-                return _pool(self.model(**enc).last_hidden_state, enc["attention_mask"])
+                return mean_pool(self.model(**enc).last_hidden_state, enc["attention_mask"])
         finally:
             set_lora_enabled(self.lora, True)
 
@@ -143,10 +137,7 @@ def train(args: argparse.Namespace) -> int:
     rng = random.Random(args.seed)
     tasks = [
         load_task(name, path, args.val_fraction, limit, args.seed)
-        for name, path, limit in (
-            (spec.split("=", 1)[0], spec.split("=", 1)[1].split(":")[0], _limit(spec))
-            for spec in args.task
-        )
+        for name, path, limit in map(_task_spec, args.task)
     ]
     for task in tasks:
         _log(f"task {task.name}: {len(task.train)} train, {len(task.val)} val, {task.labels}")
@@ -212,9 +203,11 @@ def train(args: argparse.Namespace) -> int:
     return 0
 
 
-def _limit(spec: str) -> int:
-    _, _, tail = spec.partition("=")
-    return int(tail.split(":")[1]) if ":" in tail else 0
+def _task_spec(spec: str) -> tuple[str, str, int]:
+    """`NAME=FILE[:LIMIT]` -> (name, file, limit; 0 = every row)."""
+    name, _, tail = spec.partition("=")
+    path, _, limit = tail.partition(":")
+    return name, path, int(limit) if limit else 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -15,18 +15,9 @@ from types import MappingProxyType
 from extproc.config import RouterConfig
 from extproc.decision import Outcome, SignalResult, decide, signals_of
 from extproc.metrics import RouterMetrics
-from extproc.names import CHAT_COMPLETIONS_PATH, COMPLETIONS_PATH, RESPONSES_PATH
-from extproc.openai_request import Endpoint, TextSource
+from extproc.openai_request import ENDPOINTS, Endpoint, TextSource
 from extproc.security import backend_auth
 from extproc.signals.evaluator import LearnedEngine, SignalEvaluator
-
-ENDPOINTS: Mapping[str, Endpoint] = MappingProxyType(
-    {
-        CHAT_COMPLETIONS_PATH: Endpoint.CHAT,
-        COMPLETIONS_PATH: Endpoint.COMPLETIONS,
-        RESPONSES_PATH: Endpoint.RESPONSES,
-    }
-)
 
 
 @dataclass(frozen=True, slots=True)

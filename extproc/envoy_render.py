@@ -25,16 +25,14 @@ from extproc.envoy_filters import (
     one_message_routing,
 )
 from extproc.names import (
-    CHAT_COMPLETIONS_PATH,
     CLUSTER_HEADER,
-    COMPLETIONS_PATH,
     DEBUG_HEADER,
     DECISION_HEADER,
     EXPLICIT_DECISION,
     METADATA_NAMESPACE,
     MODEL_HEADER,
-    RESPONSES_PATH,
 )
+from extproc.openai_request import ENDPOINTS
 from extproc.security import Secrets, envoy_secrets
 
 __all__ = ["EXTPROC_CLUSTER", "LISTENER_NAME", "bootstrap", "fragment", "to_yaml"]
@@ -108,7 +106,7 @@ def one_message_routes() -> list[dict[str, Any]]:
             "route": _route_action(),
             "typed_per_filter_config": one_message_override(),
         }
-        for path in (CHAT_COMPLETIONS_PATH, COMPLETIONS_PATH, RESPONSES_PATH)
+        for path in ENDPOINTS
     ]
 
 

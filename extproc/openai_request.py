@@ -9,17 +9,30 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
+from types import MappingProxyType
 from typing import Any
 
 from extproc.errors import BadRequest
+from extproc.names import CHAT_COMPLETIONS_PATH, COMPLETIONS_PATH, RESPONSES_PATH
 
 
 class Endpoint(Enum):
     CHAT = "chat"
     COMPLETIONS = "completions"
     RESPONSES = "responses"
+
+
+ENDPOINTS: Mapping[str, Endpoint] = MappingProxyType(
+    {
+        CHAT_COMPLETIONS_PATH: Endpoint.CHAT,
+        COMPLETIONS_PATH: Endpoint.COMPLETIONS,
+        RESPONSES_PATH: Endpoint.RESPONSES,
+    }
+)
+"""The routed OpenAI paths (POST only); the Envoy renderer gives them one-message routes."""
 
 
 class TextSource(Enum):

@@ -103,8 +103,7 @@ class StreamProcessor:
             if phase is Phase.REQUEST_BODY:
                 if self._endpoint is None and message.attributes:
                     answered = self.on_request_headers(_headers_message(message))
-                    if self._endpoint is None:  # not an OpenAI endpoint: nothing to route
-                        self.finished = True
+                    if self._endpoint is None:  # /v1/models answered, or a passthrough path
                         if self.route is None:
                             return adapter.continue_response(Phase.REQUEST_BODY)
                         return answered
