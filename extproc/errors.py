@@ -92,6 +92,10 @@ class ServiceUnavailable(RouterError):
 
 
 def error_body(message: str, error_type: str, param: str | None, code: str | None) -> bytes:
-    """The OpenAI error shape every client SDK understands."""
+    """The OpenAI error shape every client SDK understands. A message quoting the client's
+    input may hold a lone surrogate (a JSON escape): then non-ASCII is escaped, not fatal."""
     payload = {"error": {"message": message, "type": error_type, "param": param, "code": code}}
-    return json.dumps(payload, ensure_ascii=False).encode("utf-8")
+    try:
+        return json.dumps(payload, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(payload).encode("ascii")

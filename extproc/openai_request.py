@@ -45,6 +45,9 @@ _DECODER = json.JSONDecoder()
 _WS_RUN = re.compile(r"[ \t\n\r]*")  # JSON whitespace
 _SPAN_KEYS = frozenset({"model", "messages"})
 _TEXT_PARTS = frozenset({"text", "input_text", "output_text"})
+# JSON escapes can spell a lone surrogate ("\ud800"): a valid body whose text cannot be
+# encoded, which the tokenizers reject (failing the whole classifier batch it lands in).
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +74,14 @@ class OpenAIRequest:
         return tuple((start, end) for key, start, end in self.spans if key == "model")
 
     def classifier_text(self, source: TextSource) -> str:
-        """The text the classifiers see (completions have only their prompt)."""
+        """The text the classifiers see (completions have only their prompt); lone
+        surrogates become U+FFFD, so every classifier can encode it."""
+        text = self._source_text(source)
+        if _LONE_SURROGATE.search(text) is None:
+            return text
+        return _LONE_SURROGATE.sub("\ufffd", text)
+
+    def _source_text(self, source: TextSource) -> str:
         if self.endpoint is Endpoint.COMPLETIONS:
             return self.prompt_text
         if source is TextSource.LAST_USER:
@@ -95,9 +105,9 @@ class OpenAIRequest:
     def rewrite(self, model: str, messages: list[Any] | None = None) -> bytes:
         """The original body with ``model`` (and, when given, ``messages``) replaced; every
         other byte stays as the client sent it."""
-        values = {"model": json.dumps(model, ensure_ascii=False)}
+        values = {"model": _json_text(model)}
         if messages is not None:
-            values["messages"] = json.dumps(messages, ensure_ascii=False)
+            values["messages"] = _json_text(messages)
         parts = []
         cursor = 0
         for key, start, end in self.spans:
@@ -109,6 +119,13 @@ class OpenAIRequest:
             cursor = end
         parts.append(self.text[cursor:])
         return "".join(parts).encode("utf-8")
+
+
+def _json_text(value: Any) -> str:
+    """``value`` as JSON that encodes to UTF-8: non-ASCII kept as is, unless a lone
+    surrogate (from a client's escape) forces escapes."""
+    text = json.dumps(value, ensure_ascii=False)
+    return text if _LONE_SURROGATE.search(text) is None else json.dumps(value)
 
 
 def parse_request(body: bytes, endpoint: Endpoint) -> OpenAIRequest:

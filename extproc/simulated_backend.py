@@ -10,6 +10,9 @@ Contract:
 * ``"stream": true`` answers SSE chunks, ``stream_delay_s`` apart, so a client sees them arrive
   over time (a buffering proxy would show up as all chunks at once); a usage chunk follows when
   ``stream_options.include_usage`` is true; the stream ends with ``data: [DONE]``.
+* ``n`` choices per prompt (a completions ``prompt`` list counts each prompt), indexed as
+  vLLM does; bodies up to ``MAX_BODY_BYTES`` (aiohttp's 1 MiB default would answer long
+  prompts with a plain-text 413 no vLLM sends).
 * A model it does not serve gets vLLM's 404 ``model_not_found``; bad JSON or a malformed request
   gets a 400; both OpenAI-style ``{"error": {"message", "type", "param", "code"}}``. A missing
   ``model`` falls back to the first served model, as vLLM does.
@@ -44,6 +47,8 @@ BACKEND_ID_HEADER: Final = "x-backend-id"
 RECEIVED_MODEL_HEADER: Final = "x-received-model"
 MAX_RECORDED: Final = 1000
 MAX_MODEL_LEN: Final = 32768
+MAX_BODY_BYTES: Final = 256 * 1024 * 1024  # the router's largest listener.max_request_bytes
+MAX_CHOICES: Final = 128
 REPLY_TEXT: Final = "This is a deterministic reply from the simulated backend."
 
 Json = dict[str, Any]
@@ -100,6 +105,16 @@ def _word_count(value: Any) -> int:
     return 0
 
 
+def _choice_count(body: Json, chat: bool) -> int:
+    """``n`` per prompt; a completions ``prompt`` list of strings (or of token-id lists)
+    holds one prompt per item, a flat token-id list is one prompt."""
+    n = body.get("n") or 1
+    prompt = body.get("prompt")
+    if chat or not isinstance(prompt, list) or not prompt or isinstance(prompt[0], int):
+        return int(n)
+    return int(n) * len(prompt)
+
+
 def _split(text: str, pieces: int) -> list[str]:
     """Split into ``pieces`` non-empty parts (fewer if the text is shorter) that join back."""
     n = max(1, min(pieces, len(text)))
@@ -124,7 +139,7 @@ class SimulatedBackend:
         self._created = int(time.time())
         self._runner: web.AppRunner | None = None
         self._port = 0
-        app = web.Application()
+        app = web.Application(client_max_size=MAX_BODY_BYTES)
         app.router.add_get(MODELS_PATH, self._models)
         app.router.add_get("/health", self._health)
         app.router.add_post(CHAT_COMPLETIONS_PATH, partial(self._complete, chat=True))
@@ -210,6 +225,10 @@ class SimulatedBackend:
             raise _BadRequest("'prompt' must be a string or a list", field, "invalid_value")
         if not isinstance(body.get("model", ""), str | None):
             raise _BadRequest("'model' must be a string", "model", "invalid_value")
+        n = body.get("n", 1)
+        if n is not None and (type(n) is not int or not 1 <= n <= MAX_CHOICES):
+            raise _BadRequest(f"'n' must be an integer in [1, {MAX_CHOICES}]", "n",
+                              "invalid_value")
         return body
 
     async def _complete(self, request: web.Request, chat: bool) -> web.StreamResponse:
@@ -230,26 +249,34 @@ class SimulatedBackend:
         usage = {"prompt_tokens": n_in, "completion_tokens": n_out, "total_tokens": n_in + n_out}
         req_id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
         base: Json = {"id": req_id, "created": int(time.time()), "model": model}
+        count = _choice_count(body, chat)
         if body.get("stream") is True:
             options = body.get("stream_options")
             with_usage = isinstance(options, dict) and options.get("include_usage") is True
-            chunks = self._stream_chunks(base, text, chat, usage if with_usage else None)
+            chunks = [c for index in range(count)
+                      for c in self._stream_chunks(base, text, chat, index)]
+            if with_usage:
+                obj = "chat.completion.chunk" if chat else "text_completion"
+                chunks.append({**base, "object": obj, "choices": [], "usage": usage})
             return await self._stream(request, headers, chunks)
-        choice: Json = {"index": 0, "logprobs": None, "finish_reason": "stop"}
-        if chat:
-            choice["message"] = {"role": "assistant", "content": text}
-        else:
-            choice["text"] = text
+        choices: list[Json] = []
+        for index in range(count):
+            choice: Json = {"index": index, "logprobs": None, "finish_reason": "stop"}
+            if chat:
+                choice["message"] = {"role": "assistant", "content": text}
+            else:
+                choice["text"] = text
+            choices.append(choice)
         obj = "chat.completion" if chat else "text_completion"
         return web.json_response(
-            {**base, "object": obj, "choices": [choice], "usage": usage}, headers=headers
+            {**base, "object": obj, "choices": choices, "usage": usage}, headers=headers
         )
 
-    def _stream_chunks(self, base: Json, text: str, chat: bool, usage: Json | None) -> list[Json]:
+    def _stream_chunks(self, base: Json, text: str, chat: bool, index: int) -> list[Json]:
         obj = "chat.completion.chunk" if chat else "text_completion"
 
         def chunk(piece: str | None, role: bool = False, finish: str | None = None) -> Json:
-            choice: Json = {"index": 0, "logprobs": None, "finish_reason": finish}
+            choice: Json = {"index": index, "logprobs": None, "finish_reason": finish}
             if chat:
                 delta: Json = {"role": "assistant", "content": ""} if role else {}
                 if piece is not None:
@@ -262,8 +289,6 @@ class SimulatedBackend:
         chunks = [chunk(None, role=True)] if chat else []
         chunks += [chunk(piece) for piece in _split(text, self.spec.stream_chunks)]
         chunks.append(chunk(None, finish="stop"))
-        if usage is not None:
-            chunks.append({**base, "object": obj, "choices": [], "usage": usage})
         return chunks
 
     async def _respond(self, request: web.Request) -> web.StreamResponse:

@@ -30,8 +30,7 @@ with warnings.catch_warnings():  # envoy-data-plane trips a pydantic deprecation
 PROCESS = "/envoy.service.ext_proc.v3.ExternalProcessor/Process"
 OVERWRITE = core.HeaderValueOptionHeaderAppendAction.OVERWRITE_IF_EXISTS_OR_ADD
 MAX_BYTES = 4096
-# end_streams_after_request: false exercises the whole exchange, response headers included
-# (for meshes whose Envoy sends them); the default, true, is tested at the end.
+# end_streams_after_request: false exercises the whole exchange (the default is tested last)
 CONFIG = f"""\
 listener: {{max_request_bytes: {MAX_BYTES}}}
 router:
@@ -398,8 +397,7 @@ async def test_health_serving_and_stop(router: Router) -> None:
 
 
 async def test_stream_ends_after_the_body_answer_by_default() -> None:
-    """The rendered filter skips response headers, so after the body answer the router ends
-    the call itself (status OK) instead of waiting for Envoy to reset it."""
+    """Response headers are skipped, so the router ends the call itself after the body."""
     config = load_config_text(CONFIG.replace("end_streams_after_request: false",
                                              "end_streams_after_request: true"))
     router = Router(config, grpc_address="127.0.0.1:0", admin_address="127.0.0.1:0")
@@ -449,3 +447,4 @@ async def test_one_message_request_is_checked_and_routed(channel: grpc.aio.Chann
     other = await exchange(channel, [body_with_attributes(body, **{":path": "/v1/embeddings"})])
     assert other[0].immediate_response.status.code == ST.NotFound
     await assert_routes(channel)
+
