@@ -8,6 +8,7 @@ those bytes, and every other field reaches the backend as the client sent it.
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -41,7 +42,29 @@ class TextSource(Enum):
     CONVERSATION = "conversation"
 
 
-_DECODER = json.JSONDecoder()
+_MAX_INT_DIGITS = 4000  # below Python's own 4300-digit guard, whose message names sys.*
+
+
+def _strict_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON value")
+
+
+def _strict_float(literal: str) -> float:
+    value = float(literal)
+    if math.isinf(value):
+        raise ValueError(f"number {literal[:20]} is out of range")
+    return value
+
+
+def _strict_int(literal: str) -> int:
+    if len(literal) > _MAX_INT_DIGITS:
+        raise ValueError(f"integer with {len(literal)} digits is too large")
+    return int(literal)
+
+
+# Strict JSON, as OpenAI's API: NaN, Infinity and numbers beyond a double are refused.
+_DECODER = json.JSONDecoder(
+    parse_constant=_strict_constant, parse_float=_strict_float, parse_int=_strict_int)
 _WS_RUN = re.compile(r"[ \t\n\r]*")  # JSON whitespace
 _SPAN_KEYS = frozenset({"model", "messages"})
 _TEXT_PARTS = frozenset({"text", "input_text", "output_text"})
@@ -134,6 +157,8 @@ def parse_request(body: bytes, endpoint: Endpoint) -> OpenAIRequest:
         text = body.decode("utf-8")
     except UnicodeDecodeError as err:
         raise BadRequest(f"request body is not valid UTF-8 (byte {err.start})") from err
+    if text.startswith("\ufeff"):
+        raise BadRequest("request body must not start with a byte order mark")
     fields, spans = _parse_top_level(text)
     model = fields.get("model")
     if model is None:
