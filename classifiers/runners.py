@@ -107,7 +107,7 @@ class SharedEncoderRunner:
             scores = {name: self.signals[name].row_scores(emb).float().cpu() for name in needed}
         report("inference", time.perf_counter() - tokenized)
         return [
-            self._aggregate(item, rows, windows.counts[i], windows.truncated[i], scores)
+            self._aggregate(item, rows, windows, i, scores)
             for i, (item, rows) in enumerate(zip(items, rows_by_owner(windows), strict=True))
         ]
 
@@ -115,14 +115,17 @@ class SharedEncoderRunner:
         self,
         item: EncoderRequest,
         rows: Sequence[int],
-        count: int,
-        truncated: bool,
+        windows: Windows,
+        owner: int,
         scores: Mapping[str, torch.Tensor],
     ) -> dict[str, SignalScore]:
         index = torch.tensor(rows, dtype=torch.long)
+        weights = torch.tensor([len(windows.rows[r]) for r in rows], dtype=torch.float32)
+        count, truncated = windows.counts[owner], windows.truncated[owner]
         result: dict[str, SignalScore] = {}
         for name in item.signals:
-            result[name] = self.signals[name].aggregate(scores[name][index], count, truncated)
+            result[name] = self.signals[name].aggregate(scores[name][index], count, truncated,
+                                                        weights)
             if truncated and self.on_truncated is not None:
                 self.on_truncated(name)
         return result

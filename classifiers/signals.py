@@ -39,8 +39,11 @@ class SharedSignal(Protocol):
         """Per-window scores `[R, K]` (on the encoder device) for embeddings `[R, D]`."""
         ...
 
-    def aggregate(self, rows: torch.Tensor, windows: int, truncated: bool) -> SignalScore:
-        """Combine the CPU score rows `[W, K]` of one text's windows into its `SignalScore`."""
+    def aggregate(
+        self, rows: torch.Tensor, windows: int, truncated: bool, weights: torch.Tensor | None = None
+    ) -> SignalScore:
+        """Combine the CPU score rows `[W, K]` of one text's windows into its `SignalScore`;
+        `weights` `[W]` are the windows' token counts (None: equal)."""
         ...
 
 
@@ -51,7 +54,8 @@ def _top_labels(labels: Sequence[str], values: torch.Tensor) -> tuple[tuple[str,
 
 
 class DomainSignal:
-    """Multi-class head; windows averaged in probability space."""
+    """Multi-class head; windows averaged in probability space, each weighted by its token
+    count, so a short last window (the tail of a long prompt) does not get an equal vote."""
 
     def __init__(self, name: str, head: HeadModule, threshold: float) -> None:
         self.name = name
@@ -62,8 +66,13 @@ class DomainSignal:
     def row_scores(self, emb: torch.Tensor) -> torch.Tensor:
         return torch.softmax(self.head(emb), dim=-1)
 
-    def aggregate(self, rows: torch.Tensor, windows: int, truncated: bool) -> SignalScore:
-        probs = rows.mean(dim=0)
+    def aggregate(
+        self, rows: torch.Tensor, windows: int, truncated: bool, weights: torch.Tensor | None = None
+    ) -> SignalScore:
+        if weights is None or len(rows) == 1:
+            probs = rows.mean(dim=0)
+        else:
+            probs = (rows * weights.unsqueeze(1)).sum(dim=0) / weights.sum()
         best = int(torch.argmax(probs))
         score = float(probs[best])
         return SignalScore(
@@ -99,7 +108,9 @@ class JailbreakSignal:
         attack = 1.0 - probs[:, self.benign_index : self.benign_index + 1]
         return torch.cat([attack, probs], dim=1)
 
-    def aggregate(self, rows: torch.Tensor, windows: int, truncated: bool) -> SignalScore:
+    def aggregate(
+        self, rows: torch.Tensor, windows: int, truncated: bool, weights: torch.Tensor | None = None
+    ) -> SignalScore:
         worst = int(torch.argmax(rows[:, 0]))
         score = float(rows[worst, 0])
         probs = rows[worst, 1:].clone()
@@ -150,7 +161,9 @@ class EmbeddingSignal:
         )
         return torch.maximum(proto, nearest)
 
-    def aggregate(self, rows: torch.Tensor, windows: int, truncated: bool) -> SignalScore:
+    def aggregate(
+        self, rows: torch.Tensor, windows: int, truncated: bool, weights: torch.Tensor | None = None
+    ) -> SignalScore:
         cosines = rows.max(dim=0).values
         best = int(torch.argmax(cosines))
         score = float(cosines[best])

@@ -68,6 +68,8 @@ _DECODER = json.JSONDecoder(
 _WS_RUN = re.compile(r"[ \t\n\r]*")  # JSON whitespace
 _SPAN_KEYS = frozenset({"model", "messages"})
 _TEXT_PARTS = frozenset({"text", "input_text", "output_text"})
+# null content is valid only for assistant turns (tool calls) and tool results
+_CONTENT_REQUIRED = frozenset({"user", "system", "developer"})
 # JSON escapes can spell a lone surrogate ("\ud800"): a valid body whose text cannot be
 # encoded, which the tokenizers reject (failing the whole classifier batch it lands in).
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
@@ -242,7 +244,11 @@ def _messages(value: Any) -> tuple[Message, ...]:
         role = item.get("role")
         if not isinstance(role, str) or not role:
             raise BadRequest(f"messages[{i}].role must be a string", param=f"messages[{i}].role")
-        out.append(Message(role, _content_text(item.get("content"), f"messages[{i}].content")))
+        content = item.get("content")
+        if content is None and role in _CONTENT_REQUIRED:
+            raise BadRequest(f"messages[{i}].content must be a string or an array of parts",
+                             param=f"messages[{i}].content")
+        out.append(Message(role, _content_text(content, f"messages[{i}].content")))
     return tuple(out)
 
 

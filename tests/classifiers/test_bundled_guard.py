@@ -1,6 +1,6 @@
-"""The bundled jailbreak head through the router's own signal and decision code with the
-embedded defaults: short chat turns pass, short attacks are refused. Both lists are the
-held-out halves of the hand-written data (never trained on)."""
+"""The bundled jailbreak and domain heads through the router's own signal and decision code
+with the embedded defaults: short chat turns pass on the default route, short attacks are
+refused. Both lists are the held-out halves of the hand-written data (never trained on)."""
 
 from __future__ import annotations
 
@@ -39,3 +39,11 @@ async def test_short_attacks_are_refused(explainer: Explainer) -> None:
     decided = await decisions(explainer, short_attacks(held_out=True))
     missed = [text for text, decision in decided.items() if decision != "jailbreak"]
     assert len(missed) <= 3, missed  # 2 of 25 when this head shipped
+
+
+async def test_short_chat_turns_take_the_default_route(explainer: Explainer) -> None:
+    """Greetings and follow-ups name no subject: the domain head must not send them to the
+    code or reasoning model (146 of 148 when this head shipped)."""
+    decided = await decisions(explainer, short_messages(held_out=True))
+    elsewhere = {text: d for text, d in decided.items() if d != "default"}
+    assert len(elsewhere) <= 6, elsewhere

@@ -20,7 +20,7 @@ from classifiers import engine as engine_module
 from classifiers.adapter import default_encoder_id
 from classifiers.engine import SignalEngine
 from classifiers.heads import load_head
-from classifiers.signals import JailbreakSignal
+from classifiers.signals import DomainSignal, JailbreakSignal
 
 ROUTES = {
     "weather": ("what is the weather today", "will it rain tomorrow", "forecast for the weekend"),
@@ -141,6 +141,20 @@ def test_jailbreak_uses_attack_probability(head_dirs: dict[str, Path]) -> None:
     rows = torch.tensor([[0.2, 0.8, 0.2], [0.9, 0.1, 0.9]])  # [attack, benign, jailbreak]
     score = signal.aggregate(rows, windows=2, truncated=False)
     assert score.score == pytest.approx(0.9) and score.matched and score.label == "jailbreak"
+
+
+def test_domain_windows_vote_by_their_token_count(head_dirs: dict[str, Path]) -> None:
+    """A long prompt's short tail window (20 tokens) must not outvote its 256-token body."""
+    import torch
+
+    head = load_head(head_dirs["domain"])
+    signal = DomainSignal("domain", head, threshold=0.0)
+    body, tail = [0.7, 0.2, 0.1], [0.0, 0.9, 0.1]
+    rows = torch.tensor([body, tail])
+    assert signal.aggregate(rows, 2, False).label == head.labels[1]  # equal votes: the tail wins
+    weighted = signal.aggregate(rows, 2, False, torch.tensor([256.0, 20.0]))
+    assert weighted.label == head.labels[0]
+    assert weighted.score == pytest.approx((0.7 * 256) / 276)
 
 
 def test_jailbreak_head_needs_a_benign_label(tmp_path: Path, head_factory: MakeHead) -> None:
