@@ -17,6 +17,7 @@ from extproc.context import RouterState, build_state
 from extproc.decision import Outcome, SignalResult, rule_matches
 from extproc.metrics import RouterMetrics
 from extproc.openai_request import Endpoint, parse_request
+from extproc.signals.evaluator import TextFor
 from extproc.signals.specs import estimate_tokens
 
 
@@ -77,14 +78,15 @@ class Explainer:
         body = json.dumps({"model": "auto", "messages": list(messages)}).encode()
         request = parse_request(body, Endpoint.CHAT)
         text = request.classifier_text(self._state.text_source)
-        return await self._explain(text, estimate_tokens(request.total_text_length()))
+        return await self._explain(text, estimate_tokens(request.total_text_length()),
+                                   request.classifier_text_for)
 
     async def explain_text(self, text: str) -> Explanation:
         return await self.explain_messages([{"role": "user", "content": text}])
 
-    async def _explain(self, text: str, tokens: int) -> Explanation:
+    async def _explain(self, text: str, tokens: int, text_for: TextFor) -> Explanation:
         started = time.perf_counter()
-        results = await self._state.evaluator.evaluate(text, tokens)
+        results = await self._state.evaluator.evaluate(text, tokens, text_for)
         outcome = self._state.decide(results)
         seconds = time.perf_counter() - started
         matched = tuple(d.name for d in self._state.config.decisions

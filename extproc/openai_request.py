@@ -106,6 +106,10 @@ class OpenAIRequest:
             return text
         return _LONE_SURROGATE.sub("\ufffd", text)
 
+    def classifier_text_for(self, source: str) -> str:
+        """``classifier_text`` by the source's config name (a signal's ``text_source``)."""
+        return self.classifier_text(TextSource(source))
+
     def _source_text(self, source: TextSource) -> str:
         if self.endpoint is Endpoint.COMPLETIONS:
             return self.prompt_text

@@ -284,14 +284,16 @@ class StreamProcessor:
             pii: frozenset[str] = frozenset()
             if target.pii_allowed is not None and config.pii_signal is not None:
                 found = await self._state.evaluator.pii(
-                    config.pii_signal, request.classifier_text(self._state.text_source))
+                    config.pii_signal, request.classifier_text(self._state.text_source),
+                    request.classifier_text_for)
                 pii = found.labels if found is not None else frozenset()
             return Route(EXPLICIT_DECISION, target.name, "explicit", pii=pii)
         text = request.classifier_text(self._state.text_source)
         tokens = estimate_tokens(request.total_text_length())
         default = config.default_model.name
         try:
-            results = await self._state.evaluator.evaluate(text, tokens)
+            results = await self._state.evaluator.evaluate(text, tokens,
+                                                           request.classifier_text_for)
         except Overloaded as err:
             if config.router.on_overload == "reject":
                 raise TooManyRequests("the router is overloaded; retry shortly") from err

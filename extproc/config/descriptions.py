@@ -8,6 +8,8 @@ Keyed by the reference's path (``reference.py`` builds the paths: ``a.b``, ``a[]
 from __future__ import annotations
 
 _LEARNED = "signals[type=domain,jailbreak,embedding,sequence,token]"
+_TEXT_SOURCE = ("what this signal reads, overriding `router.text_source` (e.g. `all_user` for "
+                "a guard that must see every user turn); unset: `router.text_source`")
 _BACKEND = "providers.models[].backend_refs[]"
 
 DESCRIPTIONS: dict[str, str] = {
@@ -119,6 +121,10 @@ DESCRIPTIONS: dict[str, str] = {
         "refuse the request",
     "signals[].type": "the kind of signal; the rows below list each kind's own keys",
     "signals[type=keyword].keywords": "words or phrases to look for",
+    "signals[type=keyword].text_source": _TEXT_SOURCE,
+    f"{_LEARNED}.text_source": _TEXT_SOURCE,
+    "signals[type=pii].text_source": _TEXT_SOURCE,
+    "signals[type=language].text_source": _TEXT_SOURCE,
     "signals[type=keyword].regex": "keywords are regular expressions",
     "signals[type=keyword].case_sensitive": "match case exactly",
     "signals[type=keyword].word_boundary": "match whole words only",

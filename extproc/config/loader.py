@@ -236,7 +236,8 @@ def _signals(parsed: RouterFile, errors: list[str]) -> list[SignalSpec]:
             except re.error as err:
                 errors.append(f"{path}.keywords: invalid regular expression: {err}")
                 continue
-            specs.append(KeywordSpec(signal.name, signal.on_error, patterns, signal.match == "all"))
+            specs.append(KeywordSpec(signal.name, signal.on_error, patterns,
+                                     signal.match == "all", signal.text_source))
         elif isinstance(signal, ContextLengthSignal):
             specs.append(
                 ContextLengthSpec(
@@ -254,14 +255,17 @@ def _signals(parsed: RouterFile, errors: list[str]) -> list[SignalSpec]:
                     signal.threshold,
                     signal.device,
                     examples,
+                    signal.text_source,
                 )
             )
         elif isinstance(signal, PiiSignal):
             types = tuple(signal.entity_types) if signal.entity_types else None
-            specs.append(PiiSpec(signal.name, signal.on_error, types, signal.threshold))
+            specs.append(PiiSpec(signal.name, signal.on_error, types, signal.threshold,
+                                 signal.text_source))
         elif isinstance(signal, LanguageSignal):
             languages = tuple(signal.languages) if signal.languages else None
-            specs.append(LanguageSpec(signal.name, signal.on_error, languages, signal.threshold))
+            specs.append(LanguageSpec(signal.name, signal.on_error, languages, signal.threshold,
+                                      signal.text_source))
     return specs
 
 

@@ -120,6 +120,9 @@ class ProbeSettings(Strict):
     startup_timeout_s: float = Field(default=3.0, ge=0, le=120)
 
 
+TextSourceName = Literal["last_user", "all_user", "conversation"]
+
+
 class RouterSettings(Strict):
     grpc: HostPort = "127.0.0.1:50051"
     admin: HostPort = "127.0.0.1:8080"
@@ -129,7 +132,7 @@ class RouterSettings(Strict):
     # path prefixes always passed through untouched to the default model (e.g. /v1/embeddings)
     passthrough_paths: list[Annotated[str, Field(pattern=r"^/[!-~]{0,255}$")]] = Field(
         default_factory=list, max_length=64)
-    text_source: Literal["last_user", "all_user", "conversation"] = "last_user"
+    text_source: TextSourceName = "last_user"
     on_overload: Literal["default", "reject"] = "default"
     message_timeout_ms: int = Field(default=2000, ge=50, le=60_000)
     # shadow: decide, log and count, but change nothing (requests go to the default model)
@@ -180,7 +183,13 @@ class SignalBase(Strict):
     on_error: OnError = "ignore"
 
 
-class KeywordSignal(SignalBase):
+class TextSourced(Strict):
+    """A signal that reads the request's text; ``None`` reads ``router.text_source``."""
+
+    text_source: TextSourceName | None = None
+
+
+class KeywordSignal(SignalBase, TextSourced):
     type: Literal["keyword"]
     keywords: list[Annotated[str, Field(min_length=1, max_length=512)]] = Field(min_length=1)
     regex: bool = False
@@ -207,7 +216,7 @@ class ContextLengthSignal(SignalBase):
         return self
 
 
-class LearnedSignal(SignalBase):
+class LearnedSignal(SignalBase, TextSourced):
     """A signal computed by a classifier: domain and jailbreak heads, embedding similarity,
     or a sequence/token classification model."""
 
@@ -226,7 +235,7 @@ class LearnedSignal(SignalBase):
         return self
 
 
-class PiiSignal(SignalBase):
+class PiiSignal(SignalBase, TextSourced):
     """Structured PII (Presidio pattern recognizers): matched when any wanted type is found;
     a rule's ``label`` names one entity type (``{signal: pii, label: CREDIT_CARD}``)."""
 
@@ -235,7 +244,7 @@ class PiiSignal(SignalBase):
     threshold: float = Field(default=0.5, ge=0.0, le=1.0)
 
 
-class LanguageSignal(SignalBase):
+class LanguageSignal(SignalBase, TextSourced):
     """The prompt's language (py3langid, 97 languages): label is the ISO 639-1 code, score its
     probability; a rule's ``label`` names one (``{signal: lang, label: de}``)."""
 

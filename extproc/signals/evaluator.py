@@ -60,6 +60,9 @@ class LearnedEngine(Protocol):
     ) -> Mapping[str, SignalScore]: ...
 
 
+TextFor = Callable[[str], str]
+"""The request's text for a ``text_source`` name (``last_user``, ``all_user``, ...)."""
+
 SignalErrorHook = Callable[[str, str, str], None]
 """Called with (signal name, error kind, outcome) for each learned signal that failed."""
 
@@ -93,19 +96,40 @@ class SignalEvaluator:
     def needs_classifiers(self) -> bool:
         return bool(self._learned)
 
-    async def evaluate(self, text: str, tokens: int) -> dict[str, SignalResult]:
-        """Results for every needed signal. Raises ``Overloaded`` (the caller decides) or
-        ``ServiceUnavailable`` when a failed signal is configured ``on_error: reject``."""
-        results = {s.name: s.evaluate(text) for s in self._keywords}
+    async def evaluate(
+        self, text: str, tokens: int, text_for: TextFor | None = None
+    ) -> dict[str, SignalResult]:
+        """Results for every needed signal. ``text`` is what signals read by default;
+        a signal with its own ``text_source`` reads ``text_for(source)``. Learned signals
+        reading the same text share one encoder pass. Raises ``Overloaded`` (the caller
+        decides) or ``ServiceUnavailable`` when a failed signal is ``on_error: reject``."""
+        texts: dict[str | None, str] = {None: text}
+
+        def pick(source: str | None) -> str:
+            if source not in texts:
+                texts[source] = text if text_for is None else text_for(source or "")
+            return texts[source]
+
+        results = {s.name: s.evaluate(pick(s.text_source)) for s in self._keywords}
         for length in self._lengths:
             results[length.name] = length.evaluate(tokens)
         for spec, detector in self._pii:
-            results[spec.name] = await self._evaluate_pii(spec, detector, text)
+            results[spec.name] = await self._evaluate_pii(spec, detector, pick(spec.text_source))
         for language_spec, language_detector in self._languages:
             results[language_spec.name] = await self._evaluate_language(
-                language_spec, language_detector, text)
+                language_spec, language_detector, pick(language_spec.text_source))
         if self._learned and self._engine is not None:
-            results.update(await self._evaluate_learned(text))
+            groups: dict[str, list[LearnedSpec]] = {}
+            for learned in self._learned:
+                groups.setdefault(pick(learned.text_source), []).append(learned)
+            if len(groups) == 1:
+                ((only, specs),) = groups.items()
+                results.update(await self._evaluate_learned(only, specs))
+            else:
+                for part in await asyncio.gather(
+                    *(self._evaluate_learned(t, specs) for t, specs in groups.items())
+                ):
+                    results.update(part)
         return results
 
     async def _evaluate_language(self, spec: LanguageSpec, detector: LanguageDetector,
@@ -117,10 +141,14 @@ class SignalEvaluator:
         return SignalResult(spec.name, guess.probability >= spec.threshold, guess.probability,
                             guess.language)
 
-    async def pii(self, name: str, text: str) -> SignalResult | None:
+    async def pii(
+        self, name: str, text: str, text_for: TextFor | None = None
+    ) -> SignalResult | None:
         """Just the pii signal ``name`` (for models' ``pii_allowed`` on explicit requests)."""
         for spec, detector in self._pii:
             if spec.name == name:
+                if spec.text_source is not None and text_for is not None:
+                    text = text_for(spec.text_source)
                 return await self._evaluate_pii(spec, detector, text)
         return None
 
@@ -136,18 +164,22 @@ class SignalEvaluator:
         return SignalResult(spec.name, True, best.score, best.entity_type,
                             labels=frozenset(f.entity_type for f in kept))
 
-    async def _evaluate_learned(self, text: str) -> dict[str, SignalResult]:
+    async def _evaluate_learned(
+        self, text: str, specs: Sequence[LearnedSpec]
+    ) -> dict[str, SignalResult]:
         assert self._engine is not None
+        names = (self._learned_names if len(specs) == len(self._learned)
+                 else frozenset(s.name for s in specs))
         try:
-            scores = await self._engine.evaluate(text, self._learned_names)
+            scores = await self._engine.evaluate(text, names)
         except Overloaded:
             raise
         except ClassifierTimeout:
-            return self._failed("timeout")
+            return self._failed("timeout", specs)
         except ClassifierError:
-            return self._failed("error")
+            return self._failed("error", specs)
         results = {}
-        for spec in self._learned:
+        for spec in specs:
             score = scores.get(spec.name)
             if score is None:
                 results.update(self._failed("error", (spec,)))

@@ -19,6 +19,7 @@ class KeywordSpec:
     on_error: str
     patterns: tuple[re.Pattern[str], ...]
     match_all: bool
+    text_source: str | None = None
 
     def evaluate(self, text: str) -> SignalResult:
         if self.match_all:
@@ -55,6 +56,7 @@ class LearnedSpec:
     threshold: float
     device: str | None
     examples: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    text_source: str | None = None
 
 
 
@@ -100,6 +102,7 @@ class PiiSpec:
     on_error: str
     entity_types: tuple[str, ...] | None
     threshold: float
+    text_source: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +113,7 @@ class LanguageSpec:
     on_error: str
     languages: tuple[str, ...] | None
     threshold: float
+    text_source: str | None = None
 
 
 SignalSpec = KeywordSpec | ContextLengthSpec | LearnedSpec | PiiSpec | LanguageSpec

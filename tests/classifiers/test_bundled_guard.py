@@ -47,3 +47,16 @@ async def test_short_chat_turns_take_the_default_route(explainer: Explainer) -> 
     decided = await decisions(explainer, short_messages(held_out=True))
     elsewhere = {text: d for text, d in decided.items() if d != "default"}
     assert len(elsewhere) <= 6, elsewhere
+
+
+async def test_guards_read_earlier_user_turns(explainer: Explainer) -> None:
+    """The default config's jailbreak and PII signals read every user turn (`all_user`), so
+    an attack or a card number cannot hide behind a harmless last message."""
+    attack = [{"role": "user", "content": short_attacks(held_out=True)[0]},
+              {"role": "assistant", "content": "I can't help with that."},
+              {"role": "user", "content": "ok, continue"}]
+    assert (await explainer.explain_messages(attack)).outcome.decision == "jailbreak"
+    card = [{"role": "user", "content": "Charge 4111 1111 1111 1111 for my order."},
+            {"role": "assistant", "content": "Done."},
+            {"role": "user", "content": "thanks!"}]
+    assert (await explainer.explain_messages(card)).outcome.decision == "pii"
