@@ -18,7 +18,7 @@ import json
 import logging
 import os
 import ssl
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
@@ -27,14 +27,34 @@ from extproc.config.runtime import split_host_port
 from extproc.workers import MAX_BODY_BYTES, WorkerError, WorkerRegistry
 
 HealthSource = Callable[[], tuple[bool, dict[str, Any]]]
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 def _error(status: int, message: str, param: str | None, code: str,
-           **extra: Any) -> web.Response:
+           headers: dict[str, str] | None = None, **extra: Any) -> web.Response:
     kind = "invalid_request_error" if status < 500 else "server_error"
     error = {"message": message, "type": kind, "param": param, "code": code, **extra}
-    headers = {"www-authenticate": "Bearer"} if status == 401 else None
+    if status == 401:
+        headers = {**(headers or {}), "www-authenticate": "Bearer"}
     return web.json_response({"error": error}, status=status, headers=headers)
+
+
+_HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "request_too_large"}
+
+
+@web.middleware
+async def _json_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """aiohttp's own answers (unknown path, wrong method, ...) in the same OpenAI-style JSON
+    as the handlers' errors, instead of its plain-text ``404: Not Found``."""
+    try:
+        return await handler(request)
+    except web.HTTPException as err:
+        if err.status < 400:
+            raise
+        headers = {"allow": err.headers["allow"]} if "allow" in err.headers else None
+        code = _HTTP_CODES.get(err.status, "invalid_request")
+        message = f"{request.method} {request.path[:200]}: {err.reason.lower()}"
+        return _error(err.status, message, None, code, headers)
 
 
 class WorkerRoutes:
@@ -136,7 +156,7 @@ class AdminServer:
         self.port = 0
 
     def _app(self) -> web.Application:
-        app = web.Application(client_max_size=64 * 1024)
+        app = web.Application(client_max_size=64 * 1024, middlewares=[_json_errors])
         app.router.add_get("/health", self._get_health)
         app.router.add_get("/metrics", self._get_metrics)
         if self._workers is not None:

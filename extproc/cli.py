@@ -9,6 +9,7 @@ import signal
 import sys
 from pathlib import Path
 
+from extproc.cli_policy import InputError
 from extproc.cli_policy import add_commands as add_policy_commands
 from extproc.config import ConfigError, RouterConfig, load_config
 from extproc.names import DEFAULT_ADMIN_HTTP, DEFAULT_ENVOY_ADMIN
@@ -203,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         result: int = args.func(args)
-    except ConfigError as err:
+    except (ConfigError, InputError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -11,8 +11,28 @@ from pathlib import Path
 from typing import Any
 
 from extproc.config import RouterConfig
+from extproc.errors import BadRequest
 
 Loader = Callable[[str | None], RouterConfig]
+
+
+class InputError(Exception):
+    """A data or messages file the tools cannot use; ``main`` prints it and exits 1."""
+
+
+def _known_signal(config: RouterConfig, name: str | None) -> str | None:
+    names = [spec.name for spec in config.signals]
+    if name is not None and name not in names:
+        raise InputError(f"--signal: unknown signal '{name}' (configured: "
+                         f"{', '.join(names) or 'none'})")
+    return name
+
+
+def _read_messages(path: str) -> Any:
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise InputError(f"--messages {path}: {err}") from err
 
 
 def add_commands(commands: Any, load: Loader) -> None:
@@ -60,7 +80,7 @@ def _classify(args: argparse.Namespace, config: RouterConfig) -> int:
     from extproc.explain import format_explanation
 
     if args.messages:
-        messages = json.loads(Path(args.messages).read_text(encoding="utf-8"))
+        messages = _read_messages(args.messages)
     elif args.prompt is not None:
         messages = [{"role": "user", "content": args.prompt}]
     else:
@@ -74,7 +94,10 @@ def _classify(args: argparse.Namespace, config: RouterConfig) -> int:
         finally:
             await explainer.close()
 
-    explanation = asyncio.run(run())
+    try:
+        explanation = asyncio.run(run())
+    except BadRequest as err:
+        raise InputError(f"{args.messages or 'prompt'}: {err.message}") from err
     print(json.dumps(explanation.as_dict(), indent=2) if args.json
           else format_explanation(explanation))
     return 0
@@ -83,7 +106,10 @@ def _classify(args: argparse.Namespace, config: RouterConfig) -> int:
 def _run_set(config: RouterConfig, data: str) -> tuple[Any, Any]:
     from extproc.evaluation import load_examples, run_examples
 
-    examples = load_examples(data)
+    try:
+        examples = load_examples(data)
+    except (OSError, ValueError) as err:
+        raise InputError(str(err)) from err  # names the file (and the line)
 
     async def run() -> Any:
         explainer = await _quiet_start(config)
@@ -92,18 +118,24 @@ def _run_set(config: RouterConfig, data: str) -> tuple[Any, Any]:
         finally:
             await explainer.close()
 
-    return examples, asyncio.run(run())
+    try:
+        return examples, asyncio.run(run())
+    except BadRequest as err:
+        raise InputError(f"--data {data}: {err.message}") from err
 
 
 def _eval(args: argparse.Namespace, config: RouterConfig) -> int:
     from extproc.evaluation import build_report, default_signal, format_report, plot_confusion
 
-    signal = args.signal or default_signal(config)
+    signal = _known_signal(config, args.signal) or default_signal(config)
     examples, explanations = _run_set(config, args.data)
     report = build_report(examples, explanations, signal)
     print(json.dumps(report, indent=2) if args.json else format_report(report))
     if args.plot:
-        plot_confusion(report, args.plot)
+        try:
+            plot_confusion(report, args.plot)
+        except OSError as err:
+            raise InputError(f"--plot: {err}") from err
         if not args.json:
             print(f"confusion matrix written to {args.plot}")
     return 0
@@ -112,8 +144,12 @@ def _eval(args: argparse.Namespace, config: RouterConfig) -> int:
 def _calibrate(args: argparse.Namespace, config: RouterConfig) -> int:
     from extproc.evaluation import calibrate
 
+    _known_signal(config, args.signal)
     examples, explanations = _run_set(config, args.data)
-    result = calibrate(examples, explanations, args.signal, args.positive, args.target_fpr)
+    try:
+        result = calibrate(examples, explanations, args.signal, args.positive, args.target_fpr)
+    except ValueError as err:
+        raise InputError(f"--data {args.data}: {err}") from err
     if args.json:
         print(json.dumps(result, indent=2))
         return 0

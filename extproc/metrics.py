@@ -40,7 +40,8 @@ class RouterMetrics:
         self._phase_children: dict[str, Any] = {}
         self._requests = Counter(
             "semantic_router_requests",
-            "Requests by outcome (routed, explicit, default, unclassified, rejected) and reason",
+            "Requests by outcome (routed, explicit, default, unclassified, blocked, shadow, "
+            "rejected) and reason; each request counted once",
             ["outcome", "reason"],
             registry=self.registry,
         )
@@ -66,6 +67,8 @@ class RouterMetrics:
         self._reloads = Counter(
             "semantic_router_config_reloads", "Config reloads by result (ok, failed)",
             ["result"], registry=self.registry)
+        for result in ("ok", "failed"):  # exported at 0, so increase() sees the first failure
+            self._reloads.labels(result)
         self._shadowed = Counter(
             "semantic_router_shadow_decisions", "Shadow decisions that matched (not applied)",
             ["decision"], registry=self.registry)

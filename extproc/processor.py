@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final
 
 from classifiers.api import Overloaded
@@ -92,6 +92,7 @@ class StreamProcessor:
         """True once Envoy will send nothing more on this stream, so the servicer can end
         the call itself (Envoy otherwise resets it, and grpcio leaks a little per reset)."""
         self.route: Route | None = None
+        self._counted = False  # semantic_router_requests_total counts each request once
 
     async def handle(self, message: RequestMessage) -> bytes:
         """The response bytes for one message; a ``RouterError`` becomes an OpenAI error."""
@@ -113,7 +114,8 @@ class StreamProcessor:
             return adapter.continue_response(phase)
         except RouterError as err:
             self.finished = True  # an immediate response ends the exchange
-            self._state.metrics.rejected(type(err).__name__)
+            if not self._counted:  # a block decision was already counted as "blocked"
+                self._state.metrics.rejected(type(err).__name__)
             self._logger.info(
                 "request rejected",
                 extra={
@@ -199,7 +201,9 @@ class StreamProcessor:
         parsed = time.perf_counter()
         route = await self._route(request)
         self.route = route
-        self._record(route, request, parse_s=parsed - started,
+        refused = self._pii_refused(route)
+        self._record(replace(route, outcome="blocked", reason="pii_not_allowed")
+                     if refused else route, request, parse_s=parsed - started,
                      route_s=time.perf_counter() - parsed)
         # the rendered filter skips response headers: the answer below is the last message
         self.finished = self._config.router.end_streams_after_request
@@ -220,9 +224,8 @@ class StreamProcessor:
             headers[DECISION_HEADER] = route.decision
             return adapter.immediate_response(200, body, headers, IMMEDIATE_DETAILS)
         target = self._config.models[route.model]
-        if target.pii_allowed is not None and route.pii - target.pii_allowed:
+        if refused:
             self.finished = True
-            refused = sorted(route.pii - target.pii_allowed)
             raise Blocked(f"model '{target.name}' may not receive {', '.join(refused)}; "
                           "remove it and retry", code="pii_not_allowed",
                           headers={DECISION_HEADER: route.decision})
@@ -242,6 +245,14 @@ class StreamProcessor:
             dynamic_metadata={METADATA_NAMESPACE: self._metadata(route, target.cluster)},
         )
         return adapter.continue_response(Phase.REQUEST_BODY, mutations)
+
+    def _pii_refused(self, route: Route) -> list[str]:
+        """PII entity types found that the target model may not receive (``pii_allowed``)."""
+        target = self._config.models.get(route.model)
+        if (target is None or target.pii_allowed is None or route.outcome == "shadow"
+                or route.plugins.block is not None):
+            return []
+        return sorted(route.pii - target.pii_allowed)
 
     def _backend_auth(self, model: str) -> dict[str, str]:
         """The model's own credentials (``api_key_env``), replacing whatever came upstream."""
@@ -264,6 +275,7 @@ class StreamProcessor:
     def _record(self, route: Route, request: OpenAIRequest, *, parse_s: float,
                 route_s: float) -> None:
         metrics = self._state.metrics
+        self._counted = True
         metrics.routed(route.outcome, route.reason, route.decision, route.model)
         for name in route.shadowed:
             metrics.shadowed(name)

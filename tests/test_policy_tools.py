@@ -114,3 +114,45 @@ def test_calibrate_suggests_a_threshold(files: tuple[Path, Path],
     assert result["negatives"] == 2
     assert result["suggested"]["fpr"] <= 0.5
     assert {"threshold", "recall", "fpr", "precision"} <= set(result["tradeoff"][0])
+
+
+KEYWORD_CONFIG = """
+providers:
+  defaults: {model: general}
+  models:
+    - {name: general, provider_model_id: m/general, backend_refs: [{name: a, endpoint: "h:9"}]}
+signals:
+  - {name: urgent, type: keyword, keywords: [urgent]}
+decisions:
+  - {name: escalate, rules: {signal: urgent}, model: general}
+"""
+
+
+@pytest.mark.parametrize(("argv", "words"), [
+    (["classify", "--messages", "{missing}"], "No such file"),
+    (["classify", "--messages", "{broken}"], "Expecting value"),
+    (["classify", "--messages", "{not_messages}"], "must be an object"),
+    (["eval", "--data", "{missing}"], "No such file"),
+    (["eval", "--data", "{broken}"], "needs 'text' or 'messages'"),
+    (["eval", "--data", "{not_messages}"], "must be an object"),
+    (["eval", "--data", "{data}", "--signal", "nope"], "unknown signal 'nope'"),
+    (["calibrate", "--data", "{missing}", "--signal", "urgent"], "No such file"),
+    (["calibrate", "--data", "{data}", "--signal", "urgent"], "both positive and negative"),
+])
+def test_bad_inputs_are_one_error_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], words: str
+) -> None:
+    """A missing or malformed input file is an ``error:`` line and exit 1, not a traceback."""
+    config = tmp_path / "router.yaml"
+    config.write_text(KEYWORD_CONFIG)
+    paths = {"missing": tmp_path / "missing.json", "broken": tmp_path / "broken.json",
+             "not_messages": tmp_path / "odd.json", "data": tmp_path / "data.jsonl"}
+    paths["broken"].write_text("not json\n")
+    paths["not_messages"].write_text('{"messages": [1]}\n' if argv[0] != "classify"
+                                     else "[1]\n")
+    paths["data"].write_text('{"text": "urgent", "label": "a"}\n')
+    args = [part.format(**{k: str(v) for k, v in paths.items()}) for part in argv]
+    assert main([*args, "--config", str(config)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and words in err, err
+    assert "Traceback" not in err
