@@ -1,5 +1,6 @@
 """Config hot reload: poll the config file; apply a valid edit atomically, keep serving the
-old config on an invalid one (its YAML-path errors logged, the failure counted).
+old config on an invalid one (its YAML-path errors logged, the failure counted) or when the
+file disappears (logged and counted once; the file is read again when it comes back).
 
 Streams already open keep the config snapshot they started with; only new streams see the
 new one. What Envoy itself was rendered with (listener, clusters) does not change here: a
@@ -60,6 +61,13 @@ class ConfigReloader:
     async def check_once(self) -> str:
         """``unchanged``, ``applied`` or ``failed``."""
         digest = _digest(self._path)
+        if digest is None and self._seen is not None:
+            # deleted or unreadable (a half-done deploy): say so once, keep serving
+            self._seen = None
+            self._metrics.config_reload("failed")
+            self._logger.error("config file is missing or unreadable; still serving the "
+                               "previous config", extra={"config": str(self._path)})
+            return "failed"
         if digest is None or digest == self._seen:
             return "unchanged"
         self._seen = digest

@@ -43,9 +43,16 @@ async def test_hot_reload(tmp_path: Path) -> None:
         path.write_text(text.replace("model: code}", "model: nowhere}"))
         assert await reloader.check_once() == "failed"
         assert await _decision(stack, "tell me about rust") == "code"  # old config serves on
+        path.unlink()  # a deploy that removes the file: counted once, old config serves on
+        assert await reloader.check_once() == "failed"
+        assert await reloader.check_once() == "unchanged"
+        assert await _decision(stack, "tell me about rust") == "code"
+        path.write_text(text)  # back (the original): read again
+        assert await reloader.check_once() == "applied"
+        assert await _decision(stack, "tell me about rust") == "default"
         metrics = stack.router.metrics.exposition().decode()
-        assert 'semantic_router_config_reloads_total{result="ok"} 1.0' in metrics
-        assert 'semantic_router_config_reloads_total{result="failed"} 1.0' in metrics
+        assert 'semantic_router_config_reloads_total{result="ok"} 2.0' in metrics
+        assert 'semantic_router_config_reloads_total{result="failed"} 2.0' in metrics
     finally:
         await stop_stack(stack)
 
