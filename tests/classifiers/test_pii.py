@@ -263,3 +263,24 @@ def test_phone_patterns_do_not_backtrack_on_long_digit_runs(detector: PiiDetecto
     started = time.perf_counter()
     detector.detect(text)
     assert time.perf_counter() - started < 5.0
+
+
+@pytest.mark.parametrize("text", [
+    "My SSN is 123-45-6789, can you check my tax form?",
+    "patient ssn: 078-05-1120",
+    "Social Security number = 987654320",
+    'my social security no. is "123 45 6789"',
+])
+def test_placeholder_ssns_count_when_disclosed(detector: PiiDetector, text: str) -> None:
+    """Presidio drops the published sample SSNs; typed after "SSN is" they are an SSN."""
+    assert [f.entity_type for f in detector.detect(text)] == ["US_SSN"]
+
+
+@pytest.mark.parametrize("text", [
+    "SSNs look like 123-45-6789",
+    "an SSN such as 123-45-6789 has three groups",
+    "123-45-6789 is the usual example",
+    "what is 123456789 times 2?",
+])
+def test_placeholder_ssns_in_format_talk_pass(detector: PiiDetector, text: str) -> None:
+    assert detector.detect(text) == ()
