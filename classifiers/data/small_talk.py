@@ -12,11 +12,14 @@ templates. Two sources, each split so the held-out side is never trained on:
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
+from itertools import islice
 from pathlib import Path
+from typing import Any
 
 import yaml
+
+from classifiers.data.sources import hand_written_side
 
 SHORT_MESSAGES = Path(__file__).with_name("short_messages.json")
 HELD_OUT_ENGLISH = frozenset({"conversations", "emotion", "humor"})
@@ -29,8 +32,7 @@ PER_FILE = 15  # tech_support alone has 2,100 lines; keep every topic and langua
 
 def short_messages(held_out: bool) -> tuple[str, ...]:
     """The hand-written lines of one side."""
-    data = json.loads(SHORT_MESSAGES.read_text(encoding="utf-8"))
-    return tuple(data["held_out" if held_out else "train"])
+    return hand_written_side(SHORT_MESSAGES, held_out)
 
 
 def _is_held_out(language: str, topic: str) -> bool:
@@ -48,11 +50,13 @@ def chatterbot_lines(package: Path, held_out: bool) -> Iterator[str]:
         if _is_held_out(path.parent.name, path.stem) != held_out:
             continue
         data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        taken = 0
-        for exchange in data.get("conversations") or ():
-            for value in exchange if isinstance(exchange, list) else ():
-                text = str(value).strip()
-                if text and text not in seen and taken < PER_FILE:
-                    seen.add(text)
-                    taken += 1
-                    yield text
+        fresh = (text for text in _utterances(data) if text and text not in seen)
+        for text in islice(fresh, PER_FILE):
+            seen.add(text)
+            yield text
+
+
+def _utterances(data: dict[str, Any]) -> Iterator[str]:
+    for exchange in data.get("conversations") or ():
+        for value in exchange if isinstance(exchange, list) else ():
+            yield str(value).strip()

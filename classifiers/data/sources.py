@@ -93,3 +93,9 @@ def write_jsonl(path: Path, rows: Iterable[dict[str, str]]) -> int:
             handle.write(json.dumps(row, ensure_ascii=False) + "\n")
             count += 1
     return count
+
+
+def hand_written_side(path: Path, held_out: bool) -> tuple[str, ...]:
+    """One side of a hand-written JSON list file: `{"train": [...], "held_out": [...]}`."""
+    data = json.loads(path.read_text(encoding="utf-8"))
+    return tuple(data["held_out" if held_out else "train"])

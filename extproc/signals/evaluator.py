@@ -106,8 +106,8 @@ class SignalEvaluator:
         texts: dict[str | None, str] = {None: text}
 
         def pick(source: str | None) -> str:
-            if source not in texts:
-                texts[source] = text if text_for is None else text_for(source or "")
+            if source not in texts:  # None (the default source) is always there
+                texts[source] = text if text_for is None or source is None else text_for(source)
             return texts[source]
 
         results = {s.name: s.evaluate(pick(s.text_source)) for s in self._keywords}
