@@ -30,7 +30,7 @@ async def decisions(explainer: Explainer, texts: Sequence[str]) -> dict[str, str
 async def test_short_chat_turns_are_not_jailbreaks(explainer: Explainer) -> None:
     decided = await decisions(explainer, short_messages(held_out=True))
     blocked = [text for text, decision in decided.items() if decision == "jailbreak"]
-    assert len(blocked) <= 2, blocked  # 1 of 148 when this head shipped
+    assert len(blocked) <= 2, blocked  # 0 of 150 when this head shipped
     for text in ("hello", "Hello", "ok", "proceed", "are you alive", "be honest with me"):
         assert (await explainer.explain_text(text)).outcome.decision != "jailbreak", text
 
@@ -43,7 +43,7 @@ async def test_short_attacks_are_refused(explainer: Explainer) -> None:
 
 async def test_short_chat_turns_take_the_default_route(explainer: Explainer) -> None:
     """Greetings and follow-ups name no subject: the domain head must not send them to the
-    code or reasoning model (146 of 148 when this head shipped)."""
+    code or reasoning model (146 of 150 when this head shipped)."""
     decided = await decisions(explainer, short_messages(held_out=True))
     elsewhere = {text: d for text, d in decided.items() if d != "default"}
     assert len(elsewhere) <= 6, elsewhere
