@@ -34,6 +34,7 @@ from classifiers.device import default_dtype, dtype_name, resolve_device
 from classifiers.encoder import Encoder
 from classifiers.heads import load_head, read_head_config
 from classifiers.hf_models import HFModelRunner
+from classifiers.lexical import LexicalFormatError, load_lexical
 from classifiers.runners import EncoderRequest, SharedEncoderRunner, TruncatedCallback
 from classifiers.signals import DomainSignal, EmbeddingSignal, JailbreakSignal, SharedSignal
 
@@ -106,7 +107,11 @@ def _load_head_signal(
         )
     head = load_head(head_dir).to(encoder.device, torch.float32).eval()
     if spec.kind == "domain":
-        return DomainSignal(spec.name, head, spec.threshold)
+        try:
+            lexical = load_lexical(head_dir, head.labels)
+        except LexicalFormatError as err:
+            raise ClassifierError(f"{spec.kind} signal {spec.name!r}: {err}") from err
+        return DomainSignal(spec.name, head, spec.threshold, lexical)
     return JailbreakSignal(spec.name, head, spec.threshold)
 
 

@@ -6,7 +6,8 @@ its embedding feeds every head, so a head must record which encoder, pooling and
 trained with; a mismatch would silently shift its inputs, so `load_head` surfaces them and the
 runtime compares them with its encoder.
 
-On disk a head is a directory with exactly three files:
+On disk a head is a directory with three files (a domain head may also carry the two files of
+its lexical companion, `classifiers.lexical`):
   * `head.safetensors`: the weights (no pickle: loading never executes code);
   * `head.json`: kind, dims, labels, encoder id, pooling, max_length, metrics, training details;
   * `README.md`: the model card a person reads.
@@ -287,5 +288,7 @@ def load_head(directory: str | Path) -> Head:
 
 
 def head_size_bytes(directory: str | Path) -> int:
-    """Total bytes of the files in a head directory (for the size budget)."""
-    return sum(p.stat().st_size for p in Path(directory).iterdir() if p.is_file())
+    """Total bytes of the head's own three files (for the size budget; a lexical companion has
+    its own, `classifiers.lexical.MAX_LEXICAL_BYTES`)."""
+    path = Path(directory)
+    return sum((path / name).stat().st_size for name in (WEIGHTS_FILE, CONFIG_FILE, CARD_FILE))

@@ -124,8 +124,9 @@ class SharedEncoderRunner:
         count, truncated = windows.counts[owner], windows.truncated[owner]
         result: dict[str, SignalScore] = {}
         for name in item.signals:
-            result[name] = self.signals[name].aggregate(scores[name][index], count, truncated,
-                                                        weights)
+            result[name] = self.signals[name].aggregate(
+                scores[name][index], count, truncated, weights, item.text
+            )
             if truncated and self.on_truncated is not None:
                 self.on_truncated(name)
         return result

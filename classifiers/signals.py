@@ -3,7 +3,8 @@
 Constraints: every signal works on a whole batch of window embeddings at once (`row_scores`,
 one small matmul per batch; runs on the batching worker thread on the encoder's device), then
 aggregates the windows of each text on CPU (`aggregate`):
-  - domain: mean of window probabilities, top label; matched when its probability >= threshold;
+  - domain: mean of window probabilities (mixed with the head's lexical model over the whole
+    text, when it has one), top label; matched when its probability >= threshold;
   - jailbreak: max over windows of the attack probability; matched when >= threshold;
   - embedding: max cosine over windows per route, route cosine = max(prototype, best example).
 """
@@ -16,6 +17,7 @@ from typing import Protocol
 import torch
 
 from classifiers.api import ClassifierError, SignalScore
+from classifiers.lexical import LexicalModel, mix_probs
 
 # Label names that mean "not an attack" in a jailbreak head; any other label counts as an attack.
 BENIGN_LABELS: frozenset[str] = frozenset({"benign", "safe", "normal", "negative", "clean"})
@@ -40,10 +42,15 @@ class SharedSignal(Protocol):
         ...
 
     def aggregate(
-        self, rows: torch.Tensor, windows: int, truncated: bool, weights: torch.Tensor | None = None
+        self,
+        rows: torch.Tensor,
+        windows: int,
+        truncated: bool,
+        weights: torch.Tensor | None = None,
+        text: str = "",
     ) -> SignalScore:
         """Combine the CPU score rows `[W, K]` of one text's windows into its `SignalScore`;
-        `weights` `[W]` are the windows' token counts (None: equal)."""
+        `weights` `[W]` are the windows' token counts (None: equal); `text` is the text itself."""
         ...
 
 
@@ -55,24 +62,35 @@ def _top_labels(labels: Sequence[str], values: torch.Tensor) -> tuple[tuple[str,
 
 class DomainSignal:
     """Multi-class head; windows averaged in probability space, each weighted by its token
-    count, so a short last window (the tail of a long prompt) does not get an equal vote."""
+    count, so a short last window (the tail of a long prompt) does not get an equal vote. A head
+    with a lexical companion (`classifiers.lexical`) mixes it in over the whole text."""
 
-    def __init__(self, name: str, head: HeadModule, threshold: float) -> None:
+    def __init__(
+        self, name: str, head: HeadModule, threshold: float, lexical: LexicalModel | None = None
+    ) -> None:
         self.name = name
         self.head = head
         self.labels = head.labels
         self.threshold = threshold
+        self.lexical = lexical
 
     def row_scores(self, emb: torch.Tensor) -> torch.Tensor:
         return torch.softmax(self.head(emb), dim=-1)
 
     def aggregate(
-        self, rows: torch.Tensor, windows: int, truncated: bool, weights: torch.Tensor | None = None
+        self,
+        rows: torch.Tensor,
+        windows: int,
+        truncated: bool,
+        weights: torch.Tensor | None = None,
+        text: str = "",
     ) -> SignalScore:
         if weights is None or len(rows) == 1:
             probs = rows.mean(dim=0)
         else:
             probs = (rows * weights.unsqueeze(1)).sum(dim=0) / weights.sum()
+        if self.lexical is not None and self.lexical.mix > 0.0:
+            probs = mix_probs(probs, self.lexical.log_probs(text), self.lexical.mix)
         best = int(torch.argmax(probs))
         score = float(probs[best])
         return SignalScore(
@@ -109,7 +127,12 @@ class JailbreakSignal:
         return torch.cat([attack, probs], dim=1)
 
     def aggregate(
-        self, rows: torch.Tensor, windows: int, truncated: bool, weights: torch.Tensor | None = None
+        self,
+        rows: torch.Tensor,
+        windows: int,
+        truncated: bool,
+        weights: torch.Tensor | None = None,
+        text: str = "",
     ) -> SignalScore:
         worst = int(torch.argmax(rows[:, 0]))
         score = float(rows[worst, 0])
@@ -162,7 +185,12 @@ class EmbeddingSignal:
         return torch.maximum(proto, nearest)
 
     def aggregate(
-        self, rows: torch.Tensor, windows: int, truncated: bool, weights: torch.Tensor | None = None
+        self,
+        rows: torch.Tensor,
+        windows: int,
+        truncated: bool,
+        weights: torch.Tensor | None = None,
+        text: str = "",
     ) -> SignalScore:
         cosines = rows.max(dim=0).values
         best = int(torch.argmax(cosines))

@@ -22,6 +22,9 @@ from classifiers.heads import (
     load_head,
     save_head,
 )
+from classifiers.lexical import CONFIG_FILE as LEXICAL_CONFIG
+from classifiers.lexical import MAX_LEXICAL_BYTES, load_lexical
+from classifiers.lexical import WEIGHTS_FILE as LEXICAL_WEIGHTS
 from classifiers.training import (
     TrainConfig,
     add_arguments,
@@ -163,3 +166,10 @@ def test_committed_default_heads_load(name: str, labels: tuple[str, ...]) -> Non
     assert config["encoder"] == default_encoder_id()  # the bundled MiniLM + bundled adapter
     assert config["pooling"] == "mean"
     assert "Licence" in (directory / "README.md").read_text()
+    lexical = load_lexical(directory, labels)
+    if name == "domain":  # the bundled domain head ships its lexical companion
+        assert lexical is not None and 0.0 < lexical.mix < 1.0
+        size = sum((directory / f).stat().st_size for f in (LEXICAL_WEIGHTS, LEXICAL_CONFIG))
+        assert size <= MAX_LEXICAL_BYTES
+    else:
+        assert lexical is None
