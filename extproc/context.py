@@ -14,6 +14,7 @@ from types import MappingProxyType
 
 from extproc.config import RouterConfig
 from extproc.decision import Outcome, SignalResult, decide, signals_of
+from extproc.envoy_adapter import BodyTemplate
 from extproc.metrics import RouterMetrics
 from extproc.openai_request import ENDPOINTS, Endpoint, TextSource
 from extproc.security import backend_auth
@@ -31,6 +32,10 @@ class RouterState:
     model_bodies: Mapping[str, bytes]
     # ``Bearer <key>`` by model name, from backend_refs' api_key_env (never logged)
     backend_auth: Mapping[str, str] = field(default_factory=dict, repr=False)
+    body_answers: dict[tuple[object, ...], BodyTemplate] = field(
+        default_factory=dict, repr=False, compare=False)
+    """Routed body answers but for their bodies, by route (filled by the processor; they
+    hold this config's clusters, decisions and credentials, so they live and go with it)."""
 
     def decide(self, results: Mapping[str, SignalResult]) -> Outcome:
         return decide(self.config.decisions, results, self.config.default_model.name)

@@ -56,18 +56,19 @@ Rule = SignalRule | AllRule | AnyRule | NotRule
 
 def rule_matches(rule: Rule, results: Mapping[str, SignalResult]) -> bool:
     """True when ``rule`` holds; a signal without a result counts as not matched."""
+    if isinstance(rule, SignalRule):  # the common leaf, without match's destructuring
+        result = results.get(rule.signal)
+        if result is None:
+            return False
+        if result.error is not None:
+            return result.matched  # the signal's on_error outcome, whatever the leaf asks
+        label = rule.label
+        if label is not None and result.label != label and label not in result.labels:
+            return False
+        if rule.min_score is not None:
+            return result.score >= rule.min_score
+        return result.matched
     match rule:
-        case SignalRule(signal, label, min_score):
-            result = results.get(signal)
-            if result is None:
-                return False
-            if result.error is not None:
-                return result.matched  # the signal's on_error outcome, whatever the leaf asks
-            if label is not None and result.label != label and label not in result.labels:
-                return False
-            if min_score is not None:
-                return result.score >= min_score
-            return result.matched
         case AllRule(children):
             return all(rule_matches(child, results) for child in children)
         case AnyRule(children):

@@ -37,14 +37,16 @@ from extproc.envoy_request import (
     RequestMessage,
     parse_request,
 )
-from extproc.wire import field_bool, field_len, field_varint
+from extproc.wire import field_bool, field_len, field_varint, len_key
 from extproc.wire_struct import encode_struct, encode_value
 
 __all__ = [
     "AdapterError",
+    "BodyTemplate",
     "Mutations",
     "Phase",
     "RequestMessage",
+    "body_template",
     "continue_response",
     "immediate_response",
     "parse_request",
@@ -75,6 +77,7 @@ _MODE_RESPONSE_HEADER: Final = 2  # ProcessingMode.response_header_mode
 _HEADER_MODE_SKIP: Final = 2  # ProcessingMode.HeaderSendMode.SKIP; BodySendMode.NONE is 0
 _OVERWRITE_IF_EXISTS_OR_ADD: Final = 2  # HeaderValueOption.HeaderAppendAction
 _APPEND_ACTION: Final = field_varint(3, _OVERWRITE_IF_EXISTS_OR_ADD)  # HeaderValueOption field 3
+_CLEAR_ROUTE_CACHE: Final = field_bool(5, True)  # CommonResponse.clear_route_cache
 
 # envoy.type.v3.StatusCode values less 0 and 100: the proto declares HttpStatus.code
 # `defined_only` (a code outside the enum is an invalid message) and 1xx is no final reply.
@@ -133,9 +136,33 @@ def _header_option_cached(name: str, value: str) -> bytes:
 
 def _header_mutation(set_headers: Mapping[str, str], remove: list[str]) -> bytes:
     """HeaderMutation: set_headers=1 (repeated HeaderValueOption), remove_headers=2."""
-    parts = [field_len(1, _header_option(name, value)) for name, value in set_headers.items()]
-    parts.extend(field_len(2, _name_bytes(name)) for name in remove)
-    return b"".join(parts)
+    return _set_headers(set_headers) + _remove_headers(remove)
+
+
+def _remove_headers(remove: list[str]) -> bytes:
+    return b"".join([field_len(2, _name_bytes(name)) for name in remove]) if remove else b""
+
+
+def _set_headers(set_headers: Mapping[str, str]) -> bytes:
+    """HeaderMutation.set_headers entries."""
+    return _pairs_bytes(tuple(set_headers.items())) if set_headers else b""
+
+
+def _pairs_bytes(pairs: tuple[tuple[str, str], ...]) -> bytes:
+    """set_headers entries for ``pairs``; a route's headers repeat on every request like it,
+    so the whole run is cached (an unhashable value is built uncached, which reports it)."""
+    try:
+        return _set_headers_cached(pairs)
+    except TypeError:
+        return _set_headers_uncached(pairs)
+
+
+def _set_headers_uncached(pairs: tuple[tuple[str, str], ...]) -> bytes:
+    return b"".join([field_len(1, _header_option(name, value)) for name, value in pairs])
+
+
+# bounded, so no leak; a name or value that fails validation raises and is not cached
+_set_headers_cached = functools.lru_cache(maxsize=1024)(_set_headers_uncached)
 
 
 def _dynamic_metadata(metadata: Mapping[str, Mapping[str, str | float | bool]]) -> bytes:
@@ -143,7 +170,8 @@ def _dynamic_metadata(metadata: Mapping[str, Mapping[str, str | float | bool]]) 
     try:
         # the type is part of the key: True == 1 == 1.0 would otherwise share an entry
         key = tuple(
-            (namespace, tuple((k, type(v).__name__, v) for k, v in values.items()))
+            (namespace, tuple(zip(values, map(type, values.values()), values.values(),
+                                  strict=True)))
             for namespace, values in metadata.items()
         )
         return _dynamic_metadata_cached(key)
@@ -153,7 +181,7 @@ def _dynamic_metadata(metadata: Mapping[str, Mapping[str, str | float | bool]]) 
 
 @functools.lru_cache(maxsize=1024)  # a route's metadata repeats on every request like it
 def _dynamic_metadata_cached(
-    key: tuple[tuple[str, tuple[tuple[str, str, str | float | bool], ...]], ...],
+    key: tuple[tuple[str, tuple[tuple[str, type, str | float | bool], ...]], ...],
 ) -> bytes:
     return _dynamic_metadata_uncached(
         {namespace: {k: v for k, _, v in values} for namespace, values in key}
@@ -175,27 +203,52 @@ def _dynamic_metadata_uncached(metadata: Mapping[str, Mapping[str, str | float |
         raise AdapterError(f"invalid dynamic metadata: {err}") from err
 
 
-def _common_response(phase: Phase, mutations: Mutations) -> bytes:
-    """CommonResponse: status=1 (CONTINUE=0, omitted), header_mutation=2, body_mutation=3,
-    clear_route_cache=5."""
-    set_headers: Mapping[str, str] = mutations.set_headers
-    remove = mutations.remove_headers
-    body = mutations.body
-    if body is not None:
-        if phase not in _BODY_PHASES:
-            # Envoy only honours a body in a headers response with CONTINUE_AND_REPLACE.
-            raise AdapterError(f"a body mutation is not allowed in {phase.value}")
-        set_headers = {**set_headers, _CONTENT_LENGTH: str(len(body))}
-        remove = [name for name in remove if name != _CONTENT_LENGTH]
-    out = b""
-    if set_headers or remove:
-        out += field_len(2, _header_mutation(set_headers, remove))
+def _body_headers(set_headers: Mapping[str, str], remove: list[str]) -> tuple[bytes, bytes]:
+    """A HeaderMutation with a new body, less its content-length entry: the entries that go
+    before it and those after (the removals, any removal of content-length dropped). The
+    entry takes the place of a content-length in ``set_headers``, else it goes last, where
+    ``{**set_headers, "content-length": ...}`` puts it."""
+    if _CONTENT_LENGTH in set_headers:
+        pairs = tuple(set_headers.items())
+        at = [name for name, _ in pairs].index(_CONTENT_LENGTH)
+        before, after = _pairs_bytes(pairs[:at]), _pairs_bytes(pairs[at + 1 :])
+    else:
+        before, after = _set_headers(set_headers), b""
+    if remove:
+        after += _remove_headers([name for name in remove if name != _CONTENT_LENGTH])
+    return before, after
+
+
+@functools.lru_cache(maxsize=4096)  # body lengths repeat; bounded, so no leak
+def _length_entry(size: int) -> bytes:
+    """The content-length entry of a HeaderMutation for a body of ``size`` bytes."""
+    return field_len(1, _header_option(_CONTENT_LENGTH, str(size)))
+
+
+def _assemble(number: int, mutation: bytes, body: bytes | None, clear_route_cache: bool,
+              metadata: bytes) -> bytes:
+    """ProcessingResponse{<phase>=number: {response=1: CommonResponse{status=1 (CONTINUE=0,
+    omitted), header_mutation=2, body_mutation=3, clear_route_cache=5}}, dynamic_metadata
+    (``metadata``: the whole field, or empty)}, joined once so a large body is copied once."""
+    parts = [field_len(2, mutation)] if mutation else []
     if body is not None:
         # BodyMutation.body=1 is a oneof member: written even when empty (clears the body).
-        out += field_len(3, field_len(1, body))
-    if mutations.clear_route_cache:
-        out += field_bool(5, True)
-    return out
+        inner = len_key(1, len(body))
+        parts += (len_key(3, len(inner) + len(body)), inner, body)
+    if clear_route_cache:
+        parts.append(_CLEAR_ROUTE_CACHE)
+    size = sum(map(len, parts))
+    common = len_key(1, size)
+    parts[:0] = (len_key(number, len(common) + size), common)
+    if metadata:
+        parts.append(metadata)
+    return b"".join(parts)
+
+
+def _metadata_field(metadata: Mapping[str, Mapping[str, str | float | bool]] | None) -> bytes:
+    if not metadata:
+        return b""
+    return field_len(_RESP_DYNAMIC_METADATA, _dynamic_metadata(metadata))
 
 
 def _is_empty(mutations: Mutations) -> bool:
@@ -219,13 +272,50 @@ def _build_continue(phase: Phase, mutations: Mutations) -> bytes:
         inner = b""
         if mutations.set_headers or mutations.remove_headers:
             inner = field_len(1, _header_mutation(mutations.set_headers, mutations.remove_headers))
+        return field_len(number, inner) + _metadata_field(mutations.dynamic_metadata)
+    # HeadersResponse / BodyResponse: response=1 (CommonResponse), written even if empty.
+    body = mutations.body
+    if body is None:
+        mutation = _header_mutation(mutations.set_headers, mutations.remove_headers)
     else:
-        # HeadersResponse / BodyResponse: response=1 (CommonResponse), written even if empty.
-        inner = field_len(1, _common_response(phase, mutations))
-    out = field_len(number, inner)
-    if mutations.dynamic_metadata:
-        out += field_len(_RESP_DYNAMIC_METADATA, _dynamic_metadata(mutations.dynamic_metadata))
-    return out
+        if phase not in _BODY_PHASES:
+            # Envoy only honours a body in a headers response with CONTINUE_AND_REPLACE.
+            raise AdapterError(f"a body mutation is not allowed in {phase.value}")
+        before, after = _body_headers(mutations.set_headers, mutations.remove_headers)
+        mutation = before + _length_entry(len(body)) + after
+    return _assemble(number, mutation, body, mutations.clear_route_cache,
+                     _metadata_field(mutations.dynamic_metadata))
+
+
+@dataclass(frozen=True, slots=True)
+class BodyTemplate:
+    """A body-phase answer built once for every body: :meth:`render` returns exactly what
+    :func:`continue_response` returns for the template's mutations with that body. Made by
+    :func:`body_template`, for answers whose headers and metadata repeat on every request."""
+
+    number: int
+    before: bytes
+    after: bytes
+    clear_route_cache: bool
+    metadata: bytes
+
+    def render(self, body: bytes) -> bytes:
+        mutation = self.before + _length_entry(len(body)) + self.after
+        return _assemble(self.number, mutation, body, self.clear_route_cache, self.metadata)
+
+
+def body_template(phase: Phase, mutations: Mutations) -> BodyTemplate:
+    """Build ``continue_response(phase, mutations)`` but for its body, which each
+    :meth:`BodyTemplate.render` supplies (``mutations.body`` must be None). Raises
+    :class:`AdapterError` where :func:`continue_response` would, and for a phase that
+    carries no body."""
+    if phase not in _BODY_PHASES:
+        raise AdapterError(f"a body mutation is not allowed in {phase.value}")
+    if mutations.body is not None:
+        raise AdapterError("a body template takes its body in render()")
+    before, after = _body_headers(mutations.set_headers, mutations.remove_headers)
+    return BodyTemplate(_RESPONSE_FIELD[phase], before, after, mutations.clear_route_cache,
+                        _metadata_field(mutations.dynamic_metadata))
 
 
 # Built once at import: the no-mutation answer for every phase is a constant.

@@ -33,6 +33,10 @@ class Phase(enum.Enum):
     RESPONSE_TRAILERS = "response_trailers"
     UNKNOWN = "unknown"
 
+    # Members compare by identity; Enum's own __hash__ hashes the name in Python on every
+    # dict or set lookup (several per message on the hot path).
+    __hash__ = object.__hash__
+
 
 @dataclass(frozen=True, slots=True)
 class RequestMessage:
@@ -187,6 +191,130 @@ def _attributes(entry: bytes, attributes: dict[str, str]) -> None:
                 attributes[_text(key)] = text
 
 
+def _length(data: bytes, pos: int, end: int) -> tuple[int, int]:
+    """The length varint at ``pos`` and the position after it; (-1, pos) if it is not a
+    well-formed varint of at most four bytes (the caller then takes the generic path)."""
+    if pos + 1 < end and data[pos] >= 0x80 and data[pos + 1] < 0x80:  # two bytes: < 16 KiB
+        return (data[pos] & 0x7F) | (data[pos + 1] << 7), pos + 2
+    size = 0
+    shift = 0
+    while pos < end and shift < 28:
+        byte = data[pos]
+        pos += 1
+        size |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return size, pos
+        shift += 7
+    return -1, pos
+
+
+def _fast_string_struct(data: bytes, pos: int, end: int, attributes: dict[str, str]) -> bool:
+    """An ``attributes`` entry {key=1, value=2 Struct} whose Struct holds only string values
+    with one-byte lengths, each part exactly once and in field order (what Envoy sends for
+    the router's attributes), added to ``attributes``; False for any other shape."""
+    if end - pos < 2 or data[pos] != 0x0A or data[pos + 1] >= 0x80:
+        return False
+    pos += 2 + data[pos + 1]  # past the namespace key
+    if pos >= end or data[pos] != 0x12:
+        return False
+    size = data[pos + 1] if pos + 1 < end else 0x80
+    if size < 0x80:
+        pos += 2
+    else:
+        size, pos = _length(data, pos + 1, end)
+    if size < 0 or pos + size != end:
+        return False
+    while pos < end:
+        # Struct.fields entry: 0A n {0A k key 12 v {1A s text}}
+        if end - pos < 8 or data[pos] != 0x0A or data[pos + 2] != 0x0A:
+            return False
+        size = data[pos + 1]
+        key_size = data[pos + 3]
+        stop = pos + 2 + size
+        key_end = pos + 4 + key_size
+        if size >= 0x80 or key_size >= 0x80 or stop > end or key_end + 4 > stop:
+            return False
+        value_size = data[key_end + 1]
+        text_size = data[key_end + 3]
+        if (
+            data[key_end] != 0x12
+            or data[key_end + 2] != 0x1A
+            or value_size >= 0x80
+            or text_size >= 0x80
+            or key_end + 2 + value_size != stop
+            or key_end + 4 + text_size != stop
+        ):
+            return False
+        key = data[pos + 4 : key_end].decode("utf-8", "surrogateescape")  # as _text, inline
+        attributes[key] = data[key_end + 4 : stop].decode("utf-8", "surrogateescape")
+        pos = stop
+    return True
+
+
+def _fast_request(data: bytes, wanted: frozenset[bytes] | None) -> RequestMessage | None:
+    """What Envoy sends (one-byte tags, length-delimited fields only, one phase, string
+    attributes), read without the generic field iterator; None for anything else, which
+    :func:`parse_request` then reads generically (so results and errors are the same)."""
+    end = len(data)
+    pos = 0
+    phase = Phase.UNKNOWN
+    start = stop = 0
+    attributes: dict[str, str] = {}
+    while pos < end:
+        tag = data[pos]
+        if tag & 7 != 2 or tag < 0x08 or tag >= 0x80 or pos + 1 >= end:
+            return None
+        size = data[pos + 1]
+        if size < 0x80:
+            pos += 2
+        else:
+            size, pos = _length(data, pos + 1, end)
+        field_end = pos + size
+        if size < 0 or field_end > end:
+            return None
+        found = _REQUEST_PHASES.get(tag >> 3)
+        if found is not None:
+            if phase is not Phase.UNKNOWN:
+                return None  # a repeated oneof member merges or replaces: generic path
+            phase, start, stop = found, pos, field_end
+        elif tag >> 3 == _REQ_ATTRIBUTES and not _fast_string_struct(
+            data, pos, field_end, attributes
+        ):
+            return None
+        pos = field_end
+    if phase is Phase.UNKNOWN:
+        return None
+    if phase not in BODY_PHASES:
+        message = _message(data[start:stop], phase, wanted)
+        return RequestMessage(phase, message.headers, b"", message.end_of_stream, attributes)
+    return _fast_body(data, start, stop, phase, attributes)
+
+
+def _fast_body(data: bytes, start: int, stop: int, phase: Phase,
+               attributes: dict[str, str]) -> RequestMessage | None:
+    """HttpBody in ``data[start:stop]`` as Envoy writes it: body=1, then end_of_stream=2
+    (a one-byte bool) if true; None for any other shape."""
+    if start == stop:
+        return RequestMessage(phase, {}, b"", False, attributes)
+    if data[start] != 0x0A:
+        return None
+    size = data[start + 1] if start + 1 < stop else 0x80
+    if size < 0x80:
+        pos = start + 2
+    else:
+        size, pos = _length(data, start + 1, stop)
+    body_end = pos + size
+    if size < 0 or body_end > stop:
+        return None
+    if body_end == stop:
+        end_of_stream = False
+    elif body_end + 2 == stop and data[body_end] == 0x10 and data[body_end + 1] < 0x80:
+        end_of_stream = data[body_end + 1] != 0
+    else:
+        return None
+    return RequestMessage(phase, {}, data[pos:body_end], end_of_stream, attributes)
+
+
 def parse_request(data: bytes, wanted: frozenset[bytes] | None = None) -> RequestMessage:
     """Read a ``ProcessingRequest``. A message with no known phase gives ``Phase.UNKNOWN``.
 
@@ -196,29 +324,32 @@ def parse_request(data: bytes, wanted: frozenset[bytes] | None = None) -> Reques
     (metadata_context, protocol_config, ...) are skipped.
     """
     try:
-        phase = Phase.UNKNOWN
-        payload = b""
-        attributes: dict[str, str] = {}
-        for number, _, item in iter_fields(data):
-            found = _REQUEST_PHASES.get(number)
-            if found is None:
-                if number == _REQ_ATTRIBUTES and isinstance(item, bytes):
-                    _attributes(item, attributes)
-                continue
-            if not isinstance(item, bytes):
-                raise AdapterError(f"ProcessingRequest field {number} has the wrong wire type")
-            # Same oneof member twice merges (concatenated messages); another one replaces it.
-            payload = payload + item if found is phase else item
-            phase = found
-        if phase is Phase.UNKNOWN:
-            return RequestMessage(Phase.UNKNOWN, {}, b"", False)
-        message = _message(payload, phase, wanted)
-        if attributes:
-            return RequestMessage(
-                phase, message.headers, message.body, message.end_of_stream, attributes
-            )
-        return message
+        fast = _fast_request(data, wanted)
+        return fast if fast is not None else _generic_request(data, wanted)
     except WireError as err:
         raise AdapterError(f"malformed ProcessingRequest: {err}") from err
 
 
+def _generic_request(data: bytes, wanted: frozenset[bytes] | None) -> RequestMessage:
+    """:func:`parse_request` for any input; raises ``WireError`` or ``AdapterError``."""
+    phase = Phase.UNKNOWN
+    payload = b""
+    attributes: dict[str, str] = {}
+    for number, _, item in iter_fields(data):
+        found = _REQUEST_PHASES.get(number)
+        if found is None:
+            if number == _REQ_ATTRIBUTES and isinstance(item, bytes):
+                _attributes(item, attributes)
+            continue
+        if not isinstance(item, bytes):
+            raise AdapterError(f"ProcessingRequest field {number} has the wrong wire type")
+        # Same oneof member twice merges (concatenated messages); another one replaces it.
+        payload = payload + item if found is phase else item
+        phase = found
+    if phase is Phase.UNKNOWN:
+        return RequestMessage(Phase.UNKNOWN, {}, b"", False)
+    message = _message(payload, phase, wanted)
+    if attributes:
+        return RequestMessage(phase, message.headers, message.body, message.end_of_stream,
+                              attributes)
+    return message

@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import atexit
 import collections
+import functools
 import json
+import json.encoder
 import logging
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 _STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None)).keys()) | {
@@ -22,7 +25,42 @@ _STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None)).keys()
 }
 
 
+def _json_encoder() -> Callable[[dict[str, Any]], str]:
+    """``json.dumps(payload, default=str, ensure_ascii=False)``, byte for byte, without the
+    Python frames json.dumps runs on every call (JSONEncoder construction, iterencode): it
+    calls the same C encoder directly, a new one per call, so the circular-reference check
+    keeps its own state per line, as in json.dumps. Pure-Python json builds use json.dumps."""
+    make = json.encoder.c_make_encoder  # type: ignore[attr-defined]
+    if make is None:
+        return functools.partial(json.dumps, default=str, ensure_ascii=False)
+    escape = json.encoder.encode_basestring  # what ensure_ascii=False selects
+
+    def encode(payload: dict[str, Any]) -> str:
+        # (markers, default, encoder, indent, key_sep, item_sep, sort_keys, skipkeys, allow_nan)
+        return "".join(make({}, str, escape, None, ": ", ", ", False, False, True)(payload, 0))
+
+    return encode
+
+
+_ENCODE = _json_encoder()
+
+
 class JsonFormatter(logging.Formatter):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # A record's attribute names in order -> its extras: records from one call site
+        # share them, and finding them once is cheaper than testing every name per record.
+        self._extras: dict[tuple[str, ...], tuple[str, ...]] = {}
+
+    def _extra_names(self, fields: dict[str, Any]) -> tuple[str, ...]:
+        shape = tuple(fields)
+        names = self._extras.get(shape)
+        if names is None:
+            names = tuple(k for k in shape if k not in _STANDARD and not k.startswith("_"))
+            if len(self._extras) < 256:  # bounded: call sites are few
+                self._extras[shape] = names
+        return names
+
     def format(self, record: logging.LogRecord) -> str:
         message = record.getMessage()
         payload: dict[str, Any] = {
@@ -42,12 +80,12 @@ class JsonFormatter(logging.Formatter):
                 payload["msg"] = message
         else:
             payload["msg"] = message
-        for key, value in record.__dict__.items():
-            if key not in _STANDARD and not key.startswith("_"):
-                payload[key] = value
+        fields = record.__dict__
+        for key in self._extra_names(fields):
+            payload[key] = fields[key]
         if record.exc_info:
             payload["exc"] = self.formatException(record.exc_info)
-        return json.dumps(payload, default=str, ensure_ascii=False)
+        return _ENCODE(payload)
 
 
 class TextFormatter(logging.Formatter):
@@ -66,6 +104,45 @@ class TextFormatter(logging.Formatter):
         return line
 
 
+_BATCH = 256  # records per write; a batch is formatted before it is written
+
+
+class BatchStreamHandler(logging.StreamHandler):
+    """A ``StreamHandler`` whose lines go out in one write per batch: ``emit`` formats into
+    memory and ``flush`` writes what collected. Behind :class:`BackgroundHandler`, which
+    flushes after every batch it drains, that is one write() syscall per batch instead of
+    one per record (the stream is line-buffered)."""
+
+    def __init__(self, stream: Any) -> None:
+        super().__init__(stream)
+        self._lines: list[str] = []
+        self._last: logging.LogRecord | None = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self._lines.append(self.format(record) + self.terminator)
+            self._last = record
+        except RecursionError:  # as StreamHandler.emit
+            raise
+        except Exception:
+            self.handleError(record)
+
+    def flush(self) -> None:
+        with self.lock:  # type: ignore[union-attr]  # Handler.createLock always sets it
+            if not self._lines:
+                return
+            text = "".join(self._lines)
+            self._lines.clear()
+            try:
+                self.stream.write(text)
+                self.stream.flush()
+            except RecursionError:
+                raise
+            except Exception:
+                if self._last is not None:
+                    self.handleError(self._last)
+
+
 class BackgroundHandler(logging.Handler):
     """Formats and writes records on its own thread, so the event loop only appends.
 
@@ -73,7 +150,8 @@ class BackgroundHandler(logging.Handler):
     batch instead of one per record (a wake-up per record made the event loop and the writer
     trade the GIL on every request, which cost more than the logging itself). The buffer is
     bounded: when it is full (a stalled stderr), records are dropped and counted, and the
-    count is reported once the writer catches up, never silently."""
+    count is reported once the writer catches up, never silently. At most ``_BATCH`` more
+    are held while a batch is being written."""
 
     def __init__(
         self, target: logging.Handler, capacity: int = 10_000, interval_s: float = 0.05
@@ -88,9 +166,19 @@ class BackgroundHandler(logging.Handler):
         self._thread = threading.Thread(target=self._run, name="log-writer", daemon=True)
         self._thread.start()
 
+    def handle(self, record: logging.LogRecord) -> bool:
+        # Handler.handle without the handler lock: emit only appends to a deque
+        kept = self.filter(record)
+        if isinstance(kept, logging.LogRecord):  # 3.12+: a filter may return a replacement
+            record = kept
+        if kept:
+            self.emit(record)
+        return bool(kept)
+
     def emit(self, record: logging.LogRecord) -> None:
         if len(self._records) >= self._capacity:
-            self.dropped += 1
+            with self.lock:  # type: ignore[union-attr]  # Handler.createLock always sets it
+                self.dropped += 1
             return
         self._records.append(record)  # deque.append is thread-safe
 
@@ -102,16 +190,19 @@ class BackgroundHandler(logging.Handler):
         reported = 0
         while True:
             closing = self._closing.wait(self._interval_s)
-            # popleft one at a time: a record leaves the buffer only once written, so the
-            # bound holds while the writer is stalled
+            # at most _BATCH records leave the buffer before they are written (one write per
+            # batch with BatchStreamHandler), so the bound holds while the writer is stalled
             while self._records:
-                self._target.handle(self._records.popleft())
+                for _ in range(min(len(self._records), _BATCH)):
+                    self._target.handle(self._records.popleft())
+                self._target.flush()
             if self.dropped != reported:
                 lost = self.dropped - reported
                 reported = self.dropped
                 self._target.handle(logging.makeLogRecord({
                     "name": "semantic_router.logs", "levelno": logging.WARNING,
                     "levelname": "WARNING", "msg": f"{lost} log records dropped (buffer full)"}))
+                self._target.flush()
             if closing:
                 return
 
@@ -123,7 +214,7 @@ class BackgroundHandler(logging.Handler):
 
 
 def configure_logging(fmt: str = "json", level: str = "info") -> None:
-    stream = logging.StreamHandler(sys.stderr)
+    stream = BatchStreamHandler(sys.stderr)
     stream.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
     handler = BackgroundHandler(stream)
     atexit.register(handler.close)

@@ -38,6 +38,7 @@ class RouterMetrics:
         # bounded by config (decisions x models) and the fixed outcome/phase sets
         self._routed_children: dict[tuple[str, str, str, str], tuple[Any, Any]] = {}
         self._phase_children: dict[str, Any] = {}
+        self._stream_children: dict[str, Any] = {}
         self._requests = Counter(
             "semantic_router_requests",
             "Requests by outcome (routed, explicit, default, unclassified, blocked, shadow, "
@@ -137,7 +138,10 @@ class RouterMetrics:
         self._signal_errors.labels(signal, kind, outcome).inc()
 
     def stream_ended(self, status: str) -> None:
-        self._streams.labels(status).inc()
+        child = self._stream_children.get(status)
+        if child is None:  # a fixed set (ok, invalid_message, internal_error)
+            child = self._stream_children[status] = self._streams.labels(status)
+        child.inc()
 
     def watch_backends(self, source: BackendSource) -> None:
         """Backend readiness and worker counts, read from ``source`` at each scrape."""

@@ -8,6 +8,7 @@ those bytes, and every other field reaches the backend as the client sent it.
 from __future__ import annotations
 
 import json
+import json.encoder
 import math
 import re
 from collections.abc import Mapping
@@ -66,6 +67,16 @@ def _strict_int(literal: str) -> int:
 _DECODER = json.JSONDecoder(
     parse_constant=_strict_constant, parse_float=_strict_float, parse_int=_strict_int)
 _WS_RUN = re.compile(r"[ \t\n\r]*")  # JSON whitespace
+_WS = frozenset(" \t\n\r")
+_SCAN = _DECODER.scan_once  # type: ignore[attr-defined]  # what raw_decode calls
+# A text of at most _MAX_INT_DIGITS characters cannot hold a longer integer, so there the
+# int hook cannot refuse anything and C's own int parsing gives the same values.
+_SCAN_SHORT = json.JSONDecoder(  # type: ignore[attr-defined]
+    parse_constant=_strict_constant, parse_float=_strict_float).scan_once
+_scanstring = json.decoder.scanstring  # type: ignore[attr-defined]
+# json.dumps(str, ensure_ascii=False) and json.dumps(str) are exactly these calls
+_encode_str = json.encoder.encode_basestring
+_encode_str_ascii = json.encoder.encode_basestring_ascii
 _SPAN_KEYS = frozenset({"model", "messages"})
 _TEXT_PARTS = frozenset({"text", "input_text", "output_text"})
 # null content is valid only for assistant turns (tool calls) and tool results
@@ -153,6 +164,9 @@ class OpenAIRequest:
 def _json_text(value: Any) -> str:
     """``value`` as JSON that encodes to UTF-8: non-ASCII kept as is, unless a lone
     surrogate (from a client's escape) forces escapes."""
+    if isinstance(value, str):  # what json.dumps runs for a str, without its set-up
+        text = _encode_str(value)
+        return text if _LONE_SURROGATE.search(text) is None else _encode_str_ascii(value)
     text = json.dumps(value, ensure_ascii=False)
     return text if _LONE_SURROGATE.search(text) is None else json.dumps(value)
 
@@ -203,26 +217,7 @@ def _parse_top_level(text: str) -> tuple[dict[str, Any], list[tuple[str, int, in
         if pos < end and text[pos] == "}":
             pos += 1
         else:
-            while True:
-                if pos >= end or text[pos] != '"':
-                    raise ValueError(f"expected a property name at char {pos}")
-                key, pos = json.decoder.scanstring(text, pos + 1)  # type: ignore[attr-defined]
-                pos = _skip_ws(text, pos)
-                if pos >= end or text[pos] != ":":
-                    raise ValueError(f"expected ':' at char {pos}")
-                pos = _skip_ws(text, pos + 1)
-                value, value_end = _DECODER.raw_decode(text, pos)
-                if key in _SPAN_KEYS:
-                    spans.append((key, pos, value_end))
-                fields[key] = value
-                pos = _skip_ws(text, value_end)
-                if pos < end and text[pos] == ",":
-                    pos = _skip_ws(text, pos + 1)
-                    continue
-                if pos < end and text[pos] == "}":
-                    pos += 1
-                    break
-                raise ValueError(f"expected ',' or '}}' at char {pos}")
+            pos = _members(text, pos, fields, spans)
     except RecursionError as err:
         raise BadRequest("request body is nested too deeply") from err
     except ValueError as err:
@@ -230,6 +225,42 @@ def _parse_top_level(text: str) -> tuple[dict[str, Any], list[tuple[str, int, in
     if _skip_ws(text, pos) != end:
         raise BadRequest("request body has extra data after the JSON object")
     return fields, spans
+
+
+def _members(text: str, pos: int, fields: dict[str, Any],
+             spans: list[tuple[str, int, int]]) -> int:
+    """Read the members of the object whose first key starts at ``pos`` into ``fields`` and
+    ``spans``; return the position after its "}". Raises ``ValueError`` (JSONDecodeError
+    included) for malformed JSON."""
+    end = len(text)
+    scan = _SCAN_SHORT if end <= _MAX_INT_DIGITS else _SCAN
+    while True:
+        if pos >= end or text[pos] != '"':
+            raise ValueError(f"expected a property name at char {pos}")
+        key, pos = _scanstring(text, pos + 1)
+        # whitespace: the regex only where there is some; json.dumps' separators put one
+        # space after ":" and ","
+        pos = _skip_ws(text, pos) if text[pos : pos + 1] in _WS else pos
+        if pos >= end or text[pos] != ":":
+            raise ValueError(f"expected ':' at char {pos}")
+        pos += 2 if text[pos + 1 : pos + 2] == " " else 1
+        pos = _skip_ws(text, pos) if text[pos : pos + 1] in _WS else pos
+        try:  # as JSONDecoder.raw_decode
+            value, value_end = scan(text, pos)
+        except StopIteration as err:
+            raise json.JSONDecodeError("Expecting value", text, err.value) from None
+        if key in _SPAN_KEYS:
+            spans.append((key, pos, value_end))
+        fields[key] = value
+        pos = value_end
+        pos = _skip_ws(text, pos) if text[pos : pos + 1] in _WS else pos
+        if pos < end and text[pos] == ",":
+            pos += 2 if text[pos + 1 : pos + 2] == " " else 1
+            pos = _skip_ws(text, pos) if text[pos : pos + 1] in _WS else pos
+            continue
+        if pos < end and text[pos] == "}":
+            return pos + 1
+        raise ValueError(f"expected ',' or '}}' at char {pos}")
 
 
 def _skip_ws(text: str, pos: int) -> int:
@@ -252,7 +283,9 @@ def _messages(value: Any) -> tuple[Message, ...]:
         if content is None and role in _CONTENT_REQUIRED:
             raise BadRequest(f"messages[{i}].content must be a string or an array of parts",
                              param=f"messages[{i}].content")
-        out.append(Message(role, _content_text(content, f"messages[{i}].content")))
+        if not isinstance(content, str):  # (a string is its own text: no param to format)
+            content = _content_text(content, f"messages[{i}].content")
+        out.append(Message(role, content))
     return tuple(out)
 
 

@@ -15,6 +15,7 @@ from typing import Final
 
 from classifiers.api import Overloaded
 from extproc import envoy_adapter as adapter
+from extproc.config.runtime import ModelTarget
 from extproc.context import RouterState
 from extproc.decision import NO_PLUGINS, DecisionPlugins
 from extproc.envoy_adapter import Mutations, Phase, RequestMessage
@@ -51,6 +52,8 @@ _JSON = {"content-type": "application/json"}
 READ_HEADERS: Final = frozenset(name.encode() for name in HEADER_ATTRIBUTES)
 """The only request headers the processor reads; the servicer parses nothing else."""
 _MODELS_PREFIX = MODELS_PATH + "/"
+_PHASE_LABELS: Final = {phase: phase.value for phase in Phase}  # .value is a slow property
+_MAX_BODY_ANSWERS = 1024  # keys come from config (decisions x models x outcomes): a bound
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,16 +71,17 @@ class Route:
     """PII entity types found (only when a pii signal ran)."""
 
 
-def _headers_message(body: RequestMessage) -> RequestMessage:
+_HEADER_ATTRIBUTES: Final = tuple(HEADER_ATTRIBUTES.items())
+
+
+def _attribute_headers(attributes: Mapping[str, str]) -> dict[str, str]:
     """The headers the router reads, rebuilt from the attributes Envoy sends with the body
     when the route skips the headers phase (one ext_proc message per request)."""
-    attributes = body.attributes
-    headers = {
+    return {
         name: attributes[expression]
-        for name, expression in HEADER_ATTRIBUTES.items()
+        for name, expression in _HEADER_ATTRIBUTES
         if expression in attributes
     }
-    return RequestMessage(Phase.REQUEST_HEADERS, headers, b"", not body.body)
 
 
 class StreamProcessor:
@@ -103,7 +107,8 @@ class StreamProcessor:
                 return self.on_request_headers(message)
             if phase is Phase.REQUEST_BODY:
                 if self._endpoint is None and message.attributes:
-                    answered = self.on_request_headers(_headers_message(message))
+                    answered = self._on_headers(_attribute_headers(message.attributes),
+                                                not message.body)
                     if self._endpoint is None:  # /v1/models answered, or a passthrough path
                         if self.route is None:
                             return adapter.continue_response(Phase.REQUEST_BODY)
@@ -129,10 +134,12 @@ class StreamProcessor:
                 err.status, err.body(), {**_JSON, **err.headers}, IMMEDIATE_DETAILS
             )
         finally:
-            self._state.metrics.phase_seconds(phase.value, time.perf_counter() - started)
+            self._state.metrics.phase_seconds(_PHASE_LABELS[phase], time.perf_counter() - started)
 
     def on_request_headers(self, message: RequestMessage) -> bytes:
-        headers = message.headers
+        return self._on_headers(message.headers, message.end_of_stream)
+
+    def _on_headers(self, headers: Mapping[str, str], end_of_stream: bool) -> bytes:
         self._request_id = headers.get(REQUEST_ID_HEADER, "")
         self._debug = self._config.router.debug_header and headers.get(DEBUG_HEADER, "") not in (
             "", "0", "false")
@@ -152,7 +159,7 @@ class StreamProcessor:
         if method != "POST":
             raise MethodNotAllowed(f"{path} only supports POST", headers={"allow": "POST"})
         self._check_entity_headers(headers)
-        if message.end_of_stream:
+        if end_of_stream:
             raise BadRequest("request body is required")
         self._endpoint = endpoint
         return adapter.continue_response(Phase.REQUEST_HEADERS)
@@ -233,18 +240,31 @@ class StreamProcessor:
         messages = None
         if prompt is not None and request.endpoint is Endpoint.CHAT:  # chat only (README)
             messages = with_system_prompt(request.raw_messages, prompt)
-        mutations = Mutations(
-            set_headers={
-                **dict(route.plugins.set_headers),
-                CLUSTER_HEADER: target.cluster,
-                **self._backend_auth(target.name),
-                DECISION_HEADER: route.decision,
-            },
-            body=request.rewrite(target.provider_model_id, messages),
-            clear_route_cache=True,
-            dynamic_metadata={METADATA_NAMESPACE: self._metadata(route, target.cluster)},
-        )
-        return adapter.continue_response(Phase.REQUEST_BODY, mutations)
+        body = request.rewrite(target.provider_model_id, messages)
+        return self._routed_answer(route, target).render(body)
+
+    def _routed_answer(self, route: Route, target: ModelTarget) -> adapter.BodyTemplate:
+        """The routed body answer but for its body. Its headers and metadata follow from the
+        key below and the state's config alone, so it is built once per key and state (a
+        debug summary differs per request: never kept)."""
+        key = (route.decision, route.model, route.outcome, route.shadowed,
+               route.plugins.set_headers)
+        answers = self._state.body_answers
+        answer = None if route.debug else answers.get(key)
+        if answer is None:
+            # the plugin's headers first; ours overwrite any of the same name in place
+            headers = dict(route.plugins.set_headers)
+            headers[CLUSTER_HEADER] = target.cluster
+            auth = self._state.backend_auth.get(target.name)
+            if auth:
+                headers[AUTHORIZATION_HEADER] = auth
+            headers[DECISION_HEADER] = route.decision
+            answer = adapter.body_template(Phase.REQUEST_BODY, Mutations(
+                set_headers=headers, clear_route_cache=True,
+                dynamic_metadata={METADATA_NAMESPACE: self._metadata(route, target.cluster)}))
+            if not route.debug and len(answers) < _MAX_BODY_ANSWERS:
+                answers[key] = answer
+        return answer
 
     def _pii_refused(self, route: Route) -> list[str]:
         """PII entity types found that the target model may not receive (``pii_allowed``)."""
@@ -301,11 +321,11 @@ class StreamProcessor:
                 pii = found.labels if found is not None else frozenset()
             return Route(EXPLICIT_DECISION, target.name, "explicit", pii=pii)
         text = request.classifier_text(self._state.text_source)
-        tokens = estimate_tokens(request.total_text_length())
+        evaluator = self._state.evaluator
+        tokens = estimate_tokens(request.total_text_length()) if evaluator.needs_tokens else 0
         default = config.default_model.name
         try:
-            results = await self._state.evaluator.evaluate(text, tokens,
-                                                           request.classifier_text_for)
+            results = await evaluator.evaluate(text, tokens, request.classifier_text_for)
         except Overloaded as err:
             if config.router.on_overload == "reject":
                 raise TooManyRequests("the router is overloaded; retry shortly") from err
@@ -316,12 +336,12 @@ class StreamProcessor:
             return Route(outcome.decision, outcome.model or "", "shadow",
                          shadowed=(*outcome.shadowed, outcome.decision), debug=debug)
         reason = ""
-        failed = sorted({r.error for r in results.values() if r.error})
         if outcome.plugins.block is not None:
             kind = "blocked"
         elif outcome.matched:
             kind = "routed"
-        elif failed:  # the default model because a signal could not say: never silent
+        elif failed := sorted({r.error for r in results.values() if r.error}):
+            # the default model because a signal could not say: never silent
             kind, reason = "unclassified", failed[0]
         else:
             kind = "default"

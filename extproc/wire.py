@@ -151,6 +151,8 @@ def encode_varint(value: int) -> bytes:
     """Encode a varint; negative values use 64-bit two's complement (10 bytes), as proto does."""
     if 0 <= value < 0x80:
         return _SMALL[value]
+    if 0 < value < 0x4000:  # two bytes: body and message lengths up to 16 KiB
+        return bytes(((value & 0x7F) | 0x80, value >> 7))
     if value < 0:
         value &= _U64
     out = bytearray()
@@ -183,6 +185,15 @@ def field_len(field: int, payload: bytes) -> bytes:
     if key < 0x80 and size < 0x80:  # fast path: most fields we write are small
         return _SMALL[key] + _SMALL[size] + payload
     return encode_varint(key) + encode_varint(size) + payload
+
+
+def len_key(field: int, size: int) -> bytes:
+    """The key and length of a length-delimited field of ``size`` bytes: ``field_len`` less
+    the payload, for callers that join a large payload in once instead of copying it."""
+    key = (field << 3) | LEN
+    if key < 0x80:
+        return _SMALL[key] + (_SMALL[size] if size < 0x80 else encode_varint(size))
+    return encode_varint(key) + encode_varint(size)
 
 
 def field_double(field: int, value: float) -> bytes:

@@ -10,6 +10,7 @@ from extproc.envoy_adapter import (
     AdapterError,
     Mutations,
     Phase,
+    body_template,
     continue_response,
     immediate_response,
     skip_rest_response,
@@ -114,6 +115,37 @@ def test_empty_body_mutation_is_written() -> None:
     )
     assert ours == bytes(expected)
     assert ep.ProcessingResponse.parse(ours).request_body.response.body_mutation.body == b""
+
+
+TEMPLATE_MUTATIONS = [
+    Mutations(set_headers={"x-semantic-router-cluster": "code", "authorization": "Bearer k"},
+              clear_route_cache=True,
+              dynamic_metadata={"envoy.filters.http.ext_proc": {"decision": "code", "n": 1.5}}),
+    Mutations(set_headers={"x-a": "1", "content-length": "9", "x-b": "2"},
+              remove_headers=["content-length", "x-drop"]),
+    Mutations(),
+]
+
+
+@pytest.mark.parametrize("mutations", TEMPLATE_MUTATIONS)
+@pytest.mark.parametrize("phase", [Phase.REQUEST_BODY, Phase.RESPONSE_BODY])
+def test_body_template_renders_what_continue_response_builds(
+    mutations: Mutations, phase: Phase
+) -> None:
+    template = body_template(phase, mutations)
+    for body in (b"", b"{}", b"x" * 200, b"y" * 20_000):  # 1-, 2- and 3-byte lengths
+        with_body = Mutations(mutations.set_headers, mutations.remove_headers, body,
+                              mutations.clear_route_cache, mutations.dynamic_metadata)
+        assert template.render(body) == continue_response(phase, with_body)
+
+
+def test_body_template_refuses_what_continue_response_refuses() -> None:
+    with pytest.raises(AdapterError):
+        body_template(Phase.REQUEST_HEADERS, Mutations())  # no body in a headers answer
+    with pytest.raises(AdapterError):
+        body_template(Phase.REQUEST_BODY, Mutations(body=b"x"))  # the body comes at render
+    with pytest.raises(AdapterError):
+        body_template(Phase.REQUEST_BODY, Mutations(set_headers={"Bad Name": "x"}))
 
 
 def test_header_phase_mutations_match_betterproto() -> None:

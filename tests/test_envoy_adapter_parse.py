@@ -7,13 +7,21 @@ from __future__ import annotations
 import contextlib
 import struct
 import warnings
+from collections.abc import Callable
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from extproc import wire
-from extproc.envoy_adapter import AdapterError, Mutations, Phase, continue_response, parse_request
+from extproc import envoy_request, wire
+from extproc.envoy_adapter import (
+    AdapterError,
+    Mutations,
+    Phase,
+    RequestMessage,
+    continue_response,
+    parse_request,
+)
 from tests.adapter_support import UNKNOWN, core, ep, epf, header_map, pb
 
 # --- parse_request ---------------------------------------------------------------------------
@@ -278,6 +286,42 @@ def test_random_well_formed_messages_parse(fields: list[tuple[int, bytes]]) -> N
     data = b"".join(wire.field_len(number, payload) for number, payload in fields)
     with contextlib.suppress(AdapterError):
         parse_request(data)
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.dictionaries(st.text(max_size=130), st.text(max_size=130), max_size=5),
+    st.binary(max_size=300) | st.sampled_from([b"x" * 20_000]),
+    st.booleans(),
+    st.integers(0, 400),
+    st.binary(min_size=1, max_size=3),
+)
+def test_fast_reader_agrees_with_the_generic_one(
+    attributes: dict[str, str], body: bytes, end_of_stream: bool, at: int, junk: bytes
+) -> None:
+    # What Envoy sends on one-message routes takes the fast path; it must read exactly as
+    # the generic reader does, and any damage must leave it to the generic reader.
+    fields = {k: pb.Value(string_value=v) for k, v in attributes.items()}
+    request = ep.ProcessingRequest(
+        request_body=ep.HttpBody(body=body, end_of_stream=end_of_stream),
+        attributes={"envoy.filters.http.ext_proc": pb.Struct(fields=fields)},
+    )
+    data = bytes(request)
+    assert parse_request(data) == envoy_request._generic_request(data, None)
+    at %= len(data)
+    for damaged in (data[:at], data[:at] + junk + data[at + len(junk) :]):
+        fast = _outcome(envoy_request._fast_request, damaged)
+        if fast is not None:
+            assert fast == _outcome(envoy_request._generic_request, damaged)
+
+
+def _outcome(
+    read: Callable[[bytes, None], RequestMessage | None], data: bytes
+) -> RequestMessage | str | None:
+    try:
+        return read(data, None)
+    except (AdapterError, wire.WireError) as err:
+        return f"{type(err).__name__}: {err}"
 
 
 # --- wire ------------------------------------------------------------------------------------

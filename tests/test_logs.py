@@ -8,7 +8,9 @@ import logging
 import threading
 import time
 
-from extproc.logs import BackgroundHandler, JsonFormatter
+import pytest
+
+from extproc.logs import BackgroundHandler, BatchStreamHandler, JsonFormatter
 
 
 def test_json_line_merges_extras_and_json_messages() -> None:
@@ -51,3 +53,44 @@ def test_background_handler_writes_in_order_and_counts_drops() -> None:
     assert messages[0] == "line 0"
     assert messages[-1] == "after"
     assert any("log records dropped" in m for m in messages)
+
+
+def test_json_line_is_what_json_dumps_writes() -> None:
+    class Opaque:
+        def __str__(self) -> str:
+            return "opaque \u2028"
+
+    record = logging.makeLogRecord({"name": "x", "levelno": 20, "levelname": "INFO",
+                                    "msg": "routed", "created": 1.23456, "n": 1.5,
+                                    "items": [1, "é", None, float("nan")], "obj": Opaque()})
+    expected = {"ts": 1.235, "level": "info", "logger": "x", "msg": "routed", "created": 1.23456,
+                "n": 1.5, "items": [1, "é", None, float("nan")], "obj": Opaque()}
+    del expected["created"]  # a standard LogRecord attribute, never an extra
+    formatter = JsonFormatter()
+    for _ in range(2):  # the second record of a shape takes the cached extras
+        assert formatter.format(record) == json.dumps(expected, default=str, ensure_ascii=False)
+    loop: list[object] = []
+    loop.append(loop)
+    circular = logging.makeLogRecord({"msg": "m", "levelname": "INFO", "loop": loop})
+    with pytest.raises(ValueError, match="Circular reference"):
+        formatter.format(circular)
+
+
+def test_batch_stream_handler_writes_one_batch_per_flush() -> None:
+    class Counting(io.StringIO):
+        writes = 0
+
+        def write(self, text: str) -> int:
+            self.writes += 1
+            return super().write(text)
+
+    out = Counting()
+    handler = BatchStreamHandler(out)
+    handler.setFormatter(JsonFormatter())
+    for i in range(5):
+        handler.handle(logging.makeLogRecord({"msg": f"line {i}", "levelname": "INFO"}))
+    assert out.getvalue() == ""  # nothing goes out before the flush
+    handler.flush()
+    assert out.writes == 1
+    assert [json.loads(line)["msg"] for line in out.getvalue().splitlines()] == [
+        f"line {i}" for i in range(5)]

@@ -88,6 +88,10 @@ class SignalEvaluator:
                                 if isinstance(s, LanguageSpec) and s.name in needed)
         if self._learned and engine is None:
             raise ValueError("learned signals are configured but no classifier engine was given")
+        # only keyword signals, all on the request's default text: no per-source texts
+        self._keywords_only = not (self._lengths or self._learned or self._pii
+                                   or self._languages) and all(
+            s.text_source is None for s in self._keywords)
         self._engine = engine
         self._on_signal_error = on_signal_error
         self._on_windows = on_windows  # encoder windows scored per request, per signal
@@ -96,6 +100,11 @@ class SignalEvaluator:
     def needs_classifiers(self) -> bool:
         return bool(self._learned)
 
+    @property
+    def needs_tokens(self) -> bool:
+        """Whether ``evaluate`` reads ``tokens`` (only context-length signals do)."""
+        return bool(self._lengths)
+
     async def evaluate(
         self, text: str, tokens: int, text_for: TextFor | None = None
     ) -> dict[str, SignalResult]:
@@ -103,6 +112,8 @@ class SignalEvaluator:
         a signal with its own ``text_source`` reads ``text_for(source)``. Learned signals
         reading the same text share one encoder pass. Raises ``Overloaded`` (the caller
         decides) or ``ServiceUnavailable`` when a failed signal is ``on_error: reject``."""
+        if self._keywords_only:
+            return {s.name: s.evaluate(text) for s in self._keywords}
         texts: dict[str | None, str] = {None: text}
 
         def pick(source: str | None) -> str:

@@ -6,6 +6,7 @@ only runs ``re.search``. Learned signals only carry what the classifier engine n
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -29,8 +30,15 @@ class KeywordSpec:
         else:
             first = self.patterns[0].search(text)
             matched = first is not None
-        label = first.group(0) if first is not None else None
-        return SignalResult(self.name, matched, 1.0 if matched else 0.0, label)
+        return _keyword_result(self.name, first.group(0) if first is not None else None)
+
+
+@functools.lru_cache(maxsize=1024)  # bounded: a user regex can match any text
+def _keyword_result(name: str, label: str | None) -> SignalResult:
+    """A keyword signal's result: matched exactly when a match (``label``, possibly empty)
+    was found. Results are immutable, so one per (signal, label) serves every request."""
+    matched = label is not None
+    return SignalResult(name, matched, 1.0 if matched else 0.0, label)
 
 
 @dataclass(frozen=True, slots=True)
