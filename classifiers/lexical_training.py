@@ -99,17 +99,14 @@ def lexical_log_probs(model: LexicalModel, texts: Sequence[str]) -> torch.Tensor
 
 def best_mix(head_probs: torch.Tensor, lexical: torch.Tensor, y: np.ndarray) -> tuple[float, float]:
     """(mix, accuracy) with the best held-out accuracy; the smaller mix wins a tie."""
-    target = torch.tensor(y)
-    scored = [
-        (float((mix_probs(head_probs, lexical, m).argmax(1) == target).float().mean()), -m)
-        for m in MIX_GRID
-    ]
-    accuracy, neg_mix = max(scored)
+    accuracy, neg_mix = max((_accuracy(mix_probs(head_probs, lexical, m), y), -m)
+                            for m in MIX_GRID)
     return -neg_mix, accuracy
 
 
-def _accuracy(probs: torch.Tensor, y: np.ndarray) -> float:
-    return round(float((probs.argmax(1) == torch.tensor(y)).float().mean()), 4)
+def _accuracy(scores: torch.Tensor, y: np.ndarray) -> float:
+    """Share of rows whose highest score is their label (probabilities or log-probabilities)."""
+    return float((scores.argmax(1) == torch.from_numpy(np.asarray(y))).float().mean())
 
 
 def write_card_section(head_dir: Path, model: LexicalModel, metrics: dict[str, Any]) -> None:
@@ -178,9 +175,9 @@ def run(args: argparse.Namespace) -> int:
         y_eval = label_ids(rows, labels, path)
         probs = head_probs(rows, f"embed {Path(path).name}")
         lexical = lexical_log_probs(model, [e.text for e in rows])
-        report = {"n": len(rows), "head": _accuracy(probs, y_eval),
-                  "lexical": _accuracy(lexical, y_eval),
-                  "mixed": _accuracy(mix_probs(probs, lexical, mix), y_eval)}
+        report = {"n": len(rows), "head": round(_accuracy(probs, y_eval), 4),
+                  "lexical": round(_accuracy(lexical, y_eval), 4),
+                  "mixed": round(_accuracy(mix_probs(probs, lexical, mix), y_eval), 4)}
         metrics["eval"][Path(path).name] = report
         log(f"{path}: {report}")
     size = save_lexical(args.head, model, metrics)

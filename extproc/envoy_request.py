@@ -192,20 +192,13 @@ def _attributes(entry: bytes, attributes: dict[str, str]) -> None:
 
 
 def _length(data: bytes, pos: int, end: int) -> tuple[int, int]:
-    """The length varint at ``pos`` and the position after it; (-1, pos) if it is not a
-    well-formed varint of at most four bytes (the caller then takes the generic path)."""
-    if pos + 1 < end and data[pos] >= 0x80 and data[pos + 1] < 0x80:  # two bytes: < 16 KiB
-        return (data[pos] & 0x7F) | (data[pos + 1] << 7), pos + 2
-    size = 0
-    shift = 0
-    while pos < end and shift < 28:
-        byte = data[pos]
-        pos += 1
-        size |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return size, pos
-        shift += 7
-    return -1, pos
+    """The length varint at ``pos`` and the position after it; (-1, pos) if it is malformed
+    or runs past ``end`` (the caller then takes the generic path)."""
+    try:
+        size, after = read_varint(data, pos)
+    except WireError:
+        return -1, pos
+    return (size, after) if after <= end else (-1, pos)
 
 
 def _fast_string_struct(data: bytes, pos: int, end: int, attributes: dict[str, str]) -> bool:

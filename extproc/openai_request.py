@@ -238,13 +238,10 @@ def _members(text: str, pos: int, fields: dict[str, Any],
         if pos >= end or text[pos] != '"':
             raise ValueError(f"expected a property name at char {pos}")
         key, pos = _scanstring(text, pos + 1)
-        # whitespace: the regex only where there is some; json.dumps' separators put one
-        # space after ":" and ","
-        pos = _skip_ws(text, pos) if text[pos : pos + 1] in _WS else pos
+        pos = _skip_ws(text, pos)
         if pos >= end or text[pos] != ":":
             raise ValueError(f"expected ':' at char {pos}")
-        pos += 2 if text[pos + 1 : pos + 2] == " " else 1
-        pos = _skip_ws(text, pos) if text[pos : pos + 1] in _WS else pos
+        pos = _skip_ws(text, pos + 1)
         try:  # as JSONDecoder.raw_decode
             value, value_end = scan(text, pos)
         except StopIteration as err:
@@ -252,11 +249,9 @@ def _members(text: str, pos: int, fields: dict[str, Any],
         if key in _SPAN_KEYS:
             spans.append((key, pos, value_end))
         fields[key] = value
-        pos = value_end
-        pos = _skip_ws(text, pos) if text[pos : pos + 1] in _WS else pos
+        pos = _skip_ws(text, value_end)
         if pos < end and text[pos] == ",":
-            pos += 2 if text[pos + 1 : pos + 2] == " " else 1
-            pos = _skip_ws(text, pos) if text[pos : pos + 1] in _WS else pos
+            pos = _skip_ws(text, pos + 1)
             continue
         if pos < end and text[pos] == "}":
             return pos + 1
@@ -264,6 +259,12 @@ def _members(text: str, pos: int, fields: dict[str, Any],
 
 
 def _skip_ws(text: str, pos: int) -> int:
+    """The position after the JSON whitespace at ``pos``; the regex only where there is more
+    than the one space json.dumps' separators put after ":" and ","."""
+    if text[pos : pos + 1] not in _WS:
+        return pos
+    if text[pos] == " " and text[pos + 1 : pos + 2] not in _WS:
+        return pos + 1
     return _WS_RUN.match(text, pos).end()  # type: ignore[union-attr]  # `*` always matches
 
 

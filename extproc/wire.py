@@ -180,18 +180,14 @@ def field_bool(field: int, value: bool) -> bytes:
 
 def field_len(field: int, payload: bytes) -> bytes:
     """A length-delimited field (message, string, bytes) around an encoded ``payload``."""
-    key = (field << 3) | LEN
-    size = len(payload)
-    if key < 0x80 and size < 0x80:  # fast path: most fields we write are small
-        return _SMALL[key] + _SMALL[size] + payload
-    return encode_varint(key) + encode_varint(size) + payload
+    return len_key(field, len(payload)) + payload
 
 
 def len_key(field: int, size: int) -> bytes:
     """The key and length of a length-delimited field of ``size`` bytes: ``field_len`` less
     the payload, for callers that join a large payload in once instead of copying it."""
     key = (field << 3) | LEN
-    if key < 0x80:
+    if key < 0x80:  # fast path: most fields we write have one-byte keys
         return _SMALL[key] + (_SMALL[size] if size < 0x80 else encode_varint(size))
     return encode_varint(key) + encode_varint(size)
 
