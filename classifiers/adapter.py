@@ -18,6 +18,8 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
+from classifiers.student import STUDENT_KIND, StudentError, apply_student
+
 ADAPTER_CONFIG = "adapter.json"
 BASE_ENCODER_ID = "sentence-transformers/all-MiniLM-L6-v2"  # what the bundled encoder is
 ADAPTER_WEIGHTS = "adapter.safetensors"
@@ -120,19 +122,28 @@ def read_adapter_config(directory: str | Path) -> dict[str, Any]:
         config = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as err:
         raise AdapterError(f"{path}: {err}") from err
-    missing = [k for k in ("base", "rank", "alpha", "modules") if k not in config]
+    needed = ("base", "layers") if config.get("kind") == STUDENT_KIND else (
+        "base", "rank", "alpha", "modules")
+    missing = [k for k in needed if k not in config]
     if missing:
         raise AdapterError(f"{path}: missing {', '.join(missing)}")
     return dict(config)
 
 
 def merge_adapter(model: torch.nn.Module, directory: str | Path, base_id: str) -> dict[str, Any]:
-    """Merge the adapter in `directory` into `model`'s weights in place; returns its config."""
+    """Merge the adapter in `directory` into `model`'s weights in place; returns its config.
+    A layer-reduced student (`classifiers.student`) cuts the model to its layers instead."""
     config = read_adapter_config(directory)
     if config["base"] != base_id:
         raise AdapterError(
             f"{directory}: adapter is for encoder {config['base']!r}, not {base_id!r}"
         )
+    if config.get("kind") == STUDENT_KIND:
+        try:
+            apply_student(model, directory, config)
+        except StudentError as err:
+            raise AdapterError(str(err)) from err
+        return config
     tensors = load_file(str(Path(directory) / ADAPTER_WEIGHTS))
     scale = float(config["alpha"]) / int(config["rank"])
     with torch.no_grad():

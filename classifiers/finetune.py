@@ -28,10 +28,13 @@ from classifiers.adapter import (
     DEFAULT_TARGETS,
     LoRALinear,
     add_lora,
+    merge_adapter,
+    read_adapter_config,
     save_adapter,
     set_lora_enabled,
 )
 from classifiers.encoder import BUNDLED_MODEL_ID, bundled_encoder_dir, mean_pool
+from classifiers.student import keep_layers, layer_parameters, save_student
 from classifiers.training import Example, read_jsonl, split_groups
 
 
@@ -63,17 +66,36 @@ def load_task(name: str, path: str, val_fraction: float, limit: int, seed: int) 
 
 
 class MultiTask:
-    """The adapted encoder plus one linear head per task."""
+    """The adapted encoder (LoRA) or a layer-reduced student, plus one linear head per task.
+
+    Student mode (`student_layers`): the base encoder gets the `teacher` adapter merged, is cut
+    to `student_layers` and every parameter of those layers is trained; the distillation
+    target is then the teacher's embedding of each text (`teacher_embeddings`), not the base's.
+    """
 
     def __init__(
         self, source: str, tasks: Sequence[Task], rank: int, alpha: float,
-        targets: tuple[str, ...] = DEFAULT_TARGETS,
+        targets: tuple[str, ...] = DEFAULT_TARGETS, *,
+        student_layers: Sequence[int] = (), teacher: Path | None = None,
     ) -> None:
         from transformers import AutoModel, AutoTokenizer
 
         self.tokenizer = AutoTokenizer.from_pretrained(source)
         self.model = AutoModel.from_pretrained(source)
-        self.lora: dict[str, LoRALinear] = add_lora(self.model, rank, alpha, targets)
+        self.lora: dict[str, LoRALinear] = {}
+        self.student: list[torch.nn.Parameter] = []
+        self.teacher_embeddings: dict[str, torch.Tensor] = {}
+        if student_layers:
+            if teacher is not None:
+                merge_adapter(self.model, teacher, BUNDLED_MODEL_ID)
+            keep_layers(self.model, student_layers)
+            for param in self.model.parameters():
+                param.requires_grad_(False)
+            self.student = list(layer_parameters(self.model).values())
+            for param in self.student:
+                param.requires_grad_(True)
+        else:
+            self.lora = add_lora(self.model, rank, alpha, targets)
         dim = int(self.model.config.hidden_size)
         # Embeddings are unit vectors: a learnable temperature lets the heads reach sharp logits.
         self.heads = torch.nn.ModuleDict(
@@ -83,7 +105,7 @@ class MultiTask:
 
     def parameters(self) -> list[torch.nn.Parameter]:
         lora = [p for w in self.lora.values() for p in (w.lora_a, w.lora_b)]
-        return lora + list(self.heads.parameters()) + [self.temperature]
+        return lora + self.student + list(self.heads.parameters()) + [self.temperature]
 
     def embed(self, texts: Sequence[str], max_length: int) -> tuple[torch.Tensor, Any]:
         enc = self.tokenizer(
@@ -91,7 +113,10 @@ class MultiTask:
         )
         return mean_pool(self.model(**enc).last_hidden_state, enc["attention_mask"]), enc
 
-    def base_embed(self, enc: Any) -> torch.Tensor:
+    def distill_target(self, texts: Sequence[str], enc: Any) -> torch.Tensor:
+        """What the embedding is pulled towards: the teacher's (student) or the base's (LoRA)."""
+        if self.student:
+            return torch.stack([self.teacher_embeddings[t] for t in texts])
         set_lora_enabled(self.lora, False)
         try:
             with torch.no_grad():
@@ -101,6 +126,26 @@ class MultiTask:
 
     def logits(self, task: str, emb: torch.Tensor) -> torch.Tensor:
         return self.heads[task](emb * self.temperature)
+
+    def save(self, out: Path, config: dict[str, Any], layers: Sequence[int]) -> None:
+        if self.student:
+            save_student(self.model, layers, out, config)
+        else:
+            save_adapter(self.lora, out, config)
+
+
+def teacher_embeddings(
+    tasks: Sequence[Task], teacher: Path, max_length: int, cache: Path | None
+) -> dict[str, torch.Tensor]:
+    """The teacher encoder's embedding of every training and validation text (cached)."""
+    from classifiers.encoder import Encoder
+    from classifiers.training import cached_embed, embed_with_encoder
+
+    encoder = Encoder.load(max_length=max_length, adapter=str(teacher))
+    texts = sorted({r.text for t in tasks for r in (*t.train, *t.val)})
+    key = f"{encoder.model_id}|{encoder.max_length}|mean|l2"
+    vectors = cached_embed(embed_with_encoder(encoder, label="teacher"), texts, cache, key)
+    return dict(zip(texts, torch.from_numpy(vectors), strict=True))
 
 
 def _batches(task: Task, batch_size: int, rng: random.Random) -> list[tuple[str, list[Example]]]:
@@ -142,7 +187,14 @@ def train(args: argparse.Namespace) -> int:
     for task in tasks:
         _log(f"task {task.name}: {len(task.train)} train, {len(task.val)} val, {task.labels}")
     targets = tuple(t.strip() for t in args.targets.split(",") if t.strip())
-    net = MultiTask(str(bundled_encoder_dir()), tasks, args.rank, args.alpha, targets)
+    layers = [int(i) for i in args.student_layers.split(",") if i.strip()]
+    net = MultiTask(str(bundled_encoder_dir()), tasks, args.rank, args.alpha, targets,
+                    student_layers=layers, teacher=args.teacher)
+    if layers:
+        if args.teacher is None:
+            raise SystemExit("--student-layers needs --teacher (the adapter to distil)")
+        net.teacher_embeddings = teacher_embeddings(tasks, args.teacher, args.max_length,
+                                                    args.cache_dir)
     optimizer = torch.optim.AdamW(net.parameters(), lr=args.lr, weight_decay=0.01)
     by_name = {t.name: t for t in tasks}
     best = (-1.0, 0)
@@ -162,7 +214,7 @@ def train(args: argparse.Namespace) -> int:
                 net.logits(name, emb), target, label_smoothing=0.05
             )
             if args.distill > 0:
-                cos = (emb * net.base_embed(enc)).sum(1)
+                cos = (emb * net.distill_target([r.text for r in rows], enc)).sum(1)
                 loss = loss + args.distill * (1 - cos).mean()
             loss.backward()
             optimizer.step()
@@ -178,14 +230,15 @@ def train(args: argparse.Namespace) -> int:
         _log(f"epoch {epoch}: validation {scores}")
         if mean > best[0]:
             best = (mean, epoch)
-            save_adapter(
-                net.lora,
+            shape: dict[str, Any] = (
+                {"teacher": _teacher_id(args.teacher)} if layers
+                else {"rank": args.rank, "alpha": args.alpha}
+            )
+            net.save(
                 args.out,
-                {
+                shape | {
                     "name": args.name,
                     "base": BUNDLED_MODEL_ID,
-                    "rank": args.rank,
-                    "alpha": args.alpha,
                     "tasks": {t.name: list(t.labels) for t in tasks},
                     "training": {
                         "epochs": args.epochs,
@@ -198,9 +251,16 @@ def train(args: argparse.Namespace) -> int:
                         "seconds": round(time.monotonic() - started),
                     },
                 },
+                layers,
             )
             _log(f"saved adapter to {args.out}")
     return 0
+
+
+def _teacher_id(teacher: Path | None) -> str:
+    """`<base>+<teacher adapter name>`: the encoder the student learned to imitate."""
+    name = read_adapter_config(teacher).get("name") if teacher else None
+    return f"{BUNDLED_MODEL_ID}+{name}" if name else BUNDLED_MODEL_ID
 
 
 def _task_spec(spec: str) -> tuple[str, str, int]:
@@ -232,6 +292,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="Linear layers to adapt (module name suffixes, comma-separated)",
     )
     parser.add_argument("--distill", type=float, default=1.0, help="weight of the cosine term")
+    parser.add_argument(
+        "--student-layers", default="",
+        help="train a layer-reduced student from these base layers (e.g. 0,2,4) instead of "
+        "a LoRA adapter; needs --teacher",
+    )
+    parser.add_argument("--teacher", type=Path, help="adapter directory the student imitates")
+    parser.add_argument("--cache-dir", type=Path, help="embedding cache for teacher vectors")
     parser.add_argument("--val-fraction", type=float, default=0.05)
     parser.add_argument("--seed", type=int, default=0)
     return train(parser.parse_args(argv))
