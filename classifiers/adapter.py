@@ -1,4 +1,5 @@
 """Low-rank (LoRA) adapters for the shared encoder: train them, save them, merge them at load.
+(An adapter directory may instead hold a layer-reduced student: see `classifiers.student`.)
 
 Constraints: an adapter is a directory with `adapter.json` (base encoder id, rank, alpha, target
 module names, metrics) and `adapter.safetensors` (the `A`/`B` factors). Loading merges

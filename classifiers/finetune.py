@@ -7,7 +7,9 @@ one encoder pass per request. A distillation term keeps the adapted embedding cl
 encoder's (cosine), so `embedding` signals written against the base encoder keep working. The
 heads that ship are retrained afterwards on the adapted encoder with `classifiers.training`.
 Validation holds out whole groups per task; the adapter of the best epoch (mean validation
-accuracy over tasks) is saved.
+accuracy over tasks) is saved. With `--student-layers` it trains a layer-reduced student
+(`classifiers.student`) instead: the encoder with the `--teacher` adapter merged, cut to those
+layers, every parameter of them trained, pulled towards the teacher's cached embeddings.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from classifiers.adapter import (
     set_lora_enabled,
 )
 from classifiers.encoder import BUNDLED_MODEL_ID, bundled_encoder_dir, mean_pool
-from classifiers.student import keep_layers, layer_parameters, save_student
+from classifiers.student import apply_student, keep_layers, layer_parameters, save_student
 from classifiers.training import Example, read_jsonl, split_groups
 
 
@@ -77,6 +79,7 @@ class MultiTask:
         self, source: str, tasks: Sequence[Task], rank: int, alpha: float,
         targets: tuple[str, ...] = DEFAULT_TARGETS, *,
         student_layers: Sequence[int] = (), teacher: Path | None = None,
+        init: Path | None = None,
     ) -> None:
         from transformers import AutoModel, AutoTokenizer
 
@@ -88,7 +91,10 @@ class MultiTask:
         if student_layers:
             if teacher is not None:
                 merge_adapter(self.model, teacher, BUNDLED_MODEL_ID)
-            keep_layers(self.model, student_layers)
+            if init is not None:  # continue training an earlier student (cuts the layers too)
+                apply_student(self.model, init, read_adapter_config(init))
+            else:
+                keep_layers(self.model, student_layers)
             for param in self.model.parameters():
                 param.requires_grad_(False)
             self.student = list(layer_parameters(self.model).values())
@@ -189,7 +195,7 @@ def train(args: argparse.Namespace) -> int:
     targets = tuple(t.strip() for t in args.targets.split(",") if t.strip())
     layers = [int(i) for i in args.student_layers.split(",") if i.strip()]
     net = MultiTask(str(bundled_encoder_dir()), tasks, args.rank, args.alpha, targets,
-                    student_layers=layers, teacher=args.teacher)
+                    student_layers=layers, teacher=args.teacher, init=args.init)
     if layers:
         if args.teacher is None:
             raise SystemExit("--student-layers needs --teacher (the adapter to distil)")
@@ -298,6 +304,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "a LoRA adapter; needs --teacher",
     )
     parser.add_argument("--teacher", type=Path, help="adapter directory the student imitates")
+    parser.add_argument("--init", type=Path, help="student directory to continue training from")
     parser.add_argument("--cache-dir", type=Path, help="embedding cache for teacher vectors")
     parser.add_argument("--val-fraction", type=float, default=0.05)
     parser.add_argument("--seed", type=int, default=0)

@@ -90,3 +90,39 @@ def test_keep_layers_refuses_an_empty_or_foreign_model() -> None:
         keep_layers(_tiny(), [])
     with pytest.raises(StudentError, match="BERT-style"):
         keep_layers(torch.nn.Linear(2, 2), [0])
+
+
+def _write_task(path: Path, labels: dict[str, list[str]]) -> str:
+    rows = [{"text": text, "label": label} for label, texts in labels.items() for text in texts]
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return str(path)
+
+
+def test_finetune_trains_a_student_the_encoder_loads(tmp_path: Path) -> None:
+    """The build step end to end on the real MiniLM and the shipped LoRA adapter as teacher: three
+    kept layers, the teacher named, loadable as an encoder adapter with three layers."""
+    from classifiers import finetune
+    from classifiers.adapter import bundled_adapter_dir
+    from classifiers.encoder import Encoder
+
+    topics = _write_task(tmp_path / "topics.jsonl", {
+        "code": [f"how do I sort a list in python, case {i}" for i in range(8)],
+        "cooking": [f"how long should I boil an egg, case {i}" for i in range(8)],
+    })
+    code = finetune.main([
+        "--task", f"topics={topics}", "--out", str(tmp_path / "student"), "--name", "tiny-l3",
+        "--student-layers", "0,2,5", "--teacher", str(bundled_adapter_dir()),
+        "--epochs", "1", "--batch-size", "8", "--max-length", "32", "--val-fraction", "0.25",
+    ])
+    assert code == 0
+    config = json.loads((tmp_path / "student" / "adapter.json").read_text())
+    assert config["kind"] == "student" and config["layers"] == [0, 2, 5]
+    assert config["teacher"].endswith("+sr-lora-e1")
+    student = Encoder.load(max_length=32, adapter=str(tmp_path / "student"))
+    teacher = Encoder.load(max_length=32, adapter=str(bundled_adapter_dir()))
+    assert student.model_id.endswith("+tiny-l3")
+    assert len(student.model.encoder.layer) == 3 and len(teacher.model.encoder.layer) == 6
+    texts = ["how do I sort a list in python", "how long should I boil an egg"]
+    ours, theirs = student.embed(texts), teacher.embed(texts)
+    assert torch.allclose(ours.norm(dim=1), torch.ones(2), atol=1e-4)
+    assert not torch.allclose(ours, theirs, atol=1e-2)
