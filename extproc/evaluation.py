@@ -16,7 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from extproc.config import RouterConfig
+from extproc.errors import RouterError
 from extproc.explain import Explainer, Explanation
+from extproc.openai_request import Endpoint, parse_request
 from extproc.signals.specs import LearnedSpec
 
 _CONCURRENCY = 32  # enough to fill the classifier batches
@@ -43,6 +45,11 @@ def load_examples(path: str | Path) -> list[Example]:
                 messages = ({"role": "user", "content": str(item["text"])},)
         except (ValueError, KeyError, TypeError) as err:
             raise ValueError(f"{path}:{number}: needs 'text' or 'messages' ({err})") from err
+        try:  # the router's own request checks, so a bad example names its line
+            parse_request(json.dumps({"model": "auto", "messages": messages}).encode(),
+                          Endpoint.CHAT)
+        except RouterError as err:
+            raise ValueError(f"{path}:{number}: {err.message}") from err
         examples.append(Example(messages, item.get("label"), item.get("expect_decision"),
                                 item.get("expect_model")))
     if not examples:

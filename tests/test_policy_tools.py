@@ -134,7 +134,8 @@ decisions:
     (["classify", "--messages", "{not_messages}"], "must be an object"),
     (["eval", "--data", "{missing}"], "No such file"),
     (["eval", "--data", "{broken}"], "needs 'text' or 'messages'"),
-    (["eval", "--data", "{not_messages}"], "must be an object"),
+    (["eval", "--data", "{not_messages}"], "odd.json:1: messages[0] must be an object"),
+    (["eval", "--data", "{no_content}"], "no_content.jsonl:2: messages[0].content must be"),
     (["eval", "--data", "{data}", "--signal", "nope"], "unknown signal 'nope'"),
     (["calibrate", "--data", "{missing}", "--signal", "urgent"], "No such file"),
     (["calibrate", "--data", "{data}", "--signal", "urgent"], "both positive and negative"),
@@ -146,11 +147,14 @@ def test_bad_inputs_are_one_error_line(
     config = tmp_path / "router.yaml"
     config.write_text(KEYWORD_CONFIG)
     paths = {"missing": tmp_path / "missing.json", "broken": tmp_path / "broken.json",
-             "not_messages": tmp_path / "odd.json", "data": tmp_path / "data.jsonl"}
+             "not_messages": tmp_path / "odd.json", "data": tmp_path / "data.jsonl",
+             "no_content": tmp_path / "no_content.jsonl"}
     paths["broken"].write_text("not json\n")
     paths["not_messages"].write_text('{"messages": [1]}\n' if argv[0] != "classify"
                                      else "[1]\n")
     paths["data"].write_text('{"text": "urgent", "label": "a"}\n')
+    # the second example's message has no content
+    paths["no_content"].write_text('{"text": "urgent"}\n{"messages": [{"role": "user"}]}\n')
     args = [part.format(**{k: str(v) for k, v in paths.items()}) for part in argv]
     assert main([*args, "--config", str(config)]) == 1
     err = capsys.readouterr().err
