@@ -142,8 +142,9 @@ class MultiTask:
 
 def teacher_embeddings(
     tasks: Sequence[Task], teacher: Path, max_length: int, cache: Path | None
-) -> dict[str, torch.Tensor]:
-    """The teacher encoder's embedding of every training and validation text (cached)."""
+) -> tuple[str, dict[str, torch.Tensor]]:
+    """The teacher encoder's id and its embedding of every training and validation text
+    (cached)."""
     from classifiers.encoder import Encoder
     from classifiers.training import cached_embed, embed_with_encoder
 
@@ -151,7 +152,7 @@ def teacher_embeddings(
     texts = sorted({r.text for t in tasks for r in (*t.train, *t.val)})
     key = f"{encoder.model_id}|{encoder.max_length}|mean|l2"
     vectors = cached_embed(embed_with_encoder(encoder, label="teacher"), texts, cache, key)
-    return dict(zip(texts, torch.from_numpy(vectors), strict=True))
+    return encoder.model_id, dict(zip(texts, torch.from_numpy(vectors), strict=True))
 
 
 def _batches(task: Task, batch_size: int, rng: random.Random) -> list[tuple[str, list[Example]]]:
@@ -194,13 +195,14 @@ def train(args: argparse.Namespace) -> int:
         _log(f"task {task.name}: {len(task.train)} train, {len(task.val)} val, {task.labels}")
     targets = tuple(t.strip() for t in args.targets.split(",") if t.strip())
     layers = [int(i) for i in args.student_layers.split(",") if i.strip()]
+    if layers and args.teacher is None:
+        raise SystemExit("--student-layers needs --teacher (the adapter to distil)")
     net = MultiTask(str(bundled_encoder_dir()), tasks, args.rank, args.alpha, targets,
                     student_layers=layers, teacher=args.teacher, init=args.init)
+    teacher_id = ""
     if layers:
-        if args.teacher is None:
-            raise SystemExit("--student-layers needs --teacher (the adapter to distil)")
-        net.teacher_embeddings = teacher_embeddings(tasks, args.teacher, args.max_length,
-                                                    args.cache_dir)
+        teacher_id, net.teacher_embeddings = teacher_embeddings(
+            tasks, args.teacher, args.max_length, args.cache_dir)
     optimizer = torch.optim.AdamW(net.parameters(), lr=args.lr, weight_decay=0.01)
     by_name = {t.name: t for t in tasks}
     best = (-1.0, 0)
@@ -237,7 +239,7 @@ def train(args: argparse.Namespace) -> int:
         if mean > best[0]:
             best = (mean, epoch)
             shape: dict[str, Any] = (
-                {"teacher": _teacher_id(args.teacher)} if layers
+                {"teacher": teacher_id} if layers
                 else {"rank": args.rank, "alpha": args.alpha}
             )
             net.save(
@@ -261,12 +263,6 @@ def train(args: argparse.Namespace) -> int:
             )
             _log(f"saved adapter to {args.out}")
     return 0
-
-
-def _teacher_id(teacher: Path | None) -> str:
-    """`<base>+<teacher adapter name>`: the encoder the student learned to imitate."""
-    name = read_adapter_config(teacher).get("name") if teacher else None
-    return f"{BUNDLED_MODEL_ID}+{name}" if name else BUNDLED_MODEL_ID
 
 
 def _task_spec(spec: str) -> tuple[str, str, int]:

@@ -194,6 +194,8 @@ def _attributes(entry: bytes, attributes: dict[str, str]) -> None:
 def _length(data: bytes, pos: int, end: int) -> tuple[int, int]:
     """The length varint at ``pos`` and the position after it; (-1, pos) if it is malformed
     or runs past ``end`` (the caller then takes the generic path)."""
+    if pos < end and data[pos] < 0x80:  # one byte: every field up to 127 bytes
+        return data[pos], pos + 1
     try:
         size, after = read_varint(data, pos)
     except WireError:
@@ -210,11 +212,7 @@ def _fast_string_struct(data: bytes, pos: int, end: int, attributes: dict[str, s
     pos += 2 + data[pos + 1]  # past the namespace key
     if pos >= end or data[pos] != 0x12:
         return False
-    size = data[pos + 1] if pos + 1 < end else 0x80
-    if size < 0x80:
-        pos += 2
-    else:
-        size, pos = _length(data, pos + 1, end)
+    size, pos = _length(data, pos + 1, end)
     if size < 0 or pos + size != end:
         return False
     while pos < end:
@@ -257,11 +255,7 @@ def _fast_request(data: bytes, wanted: frozenset[bytes] | None) -> RequestMessag
         tag = data[pos]
         if tag & 7 != 2 or tag < 0x08 or tag >= 0x80 or pos + 1 >= end:
             return None
-        size = data[pos + 1]
-        if size < 0x80:
-            pos += 2
-        else:
-            size, pos = _length(data, pos + 1, end)
+        size, pos = _length(data, pos + 1, end)
         field_end = pos + size
         if size < 0 or field_end > end:
             return None
@@ -291,11 +285,7 @@ def _fast_body(data: bytes, start: int, stop: int, phase: Phase,
         return RequestMessage(phase, {}, b"", False, attributes)
     if data[start] != 0x0A:
         return None
-    size = data[start + 1] if start + 1 < stop else 0x80
-    if size < 0x80:
-        pos = start + 2
-    else:
-        size, pos = _length(data, start + 1, stop)
+    size, pos = _length(data, start + 1, stop)
     body_end = pos + size
     if size < 0 or body_end > stop:
         return None

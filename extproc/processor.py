@@ -255,9 +255,7 @@ class StreamProcessor:
             # the plugin's headers first; ours overwrite any of the same name in place
             headers = dict(route.plugins.set_headers)
             headers[CLUSTER_HEADER] = target.cluster
-            auth = self._state.backend_auth.get(target.name)
-            if auth:
-                headers[AUTHORIZATION_HEADER] = auth
+            headers.update(self._backend_auth(target.name))
             headers[DECISION_HEADER] = route.decision
             answer = adapter.body_template(Phase.REQUEST_BODY, Mutations(
                 set_headers=headers, clear_route_cache=True,
