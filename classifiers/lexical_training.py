@@ -4,7 +4,9 @@
 is a build step run after `classifiers.training` wrote `DIR`, on the same data. It reproduces the
 head's own group split (its recorded `val_fraction` and `seed`), fits the TF-IDF model on the
 head's training side, picks `mix` by accuracy of the mixed prediction on the held-out side (rows
-neither model was fitted on), refits the lexical model on every row and writes it into `DIR`
+neither model was fitted on; `--mix` sets it instead, for an encoder that was itself trained on
+those rows, such as a distilled student, where the head looks better there than it is), refits
+the lexical model on every row and writes it into `DIR`
 (see `classifiers.lexical`). Each `--eval` file is reported for the head alone, the lexical model
 alone and the mix, and recorded in `lexical.json`.
 """
@@ -118,9 +120,12 @@ def write_card_section(head_dir: Path, model: LexicalModel, metrics: dict[str, A
         f"`lexical.safetensors` + `lexical.json`: {len(model.index):,} word and word-pair "
         "TF-IDF features into a linear layer (`classifiers/lexical.py`), fitted by "
         "`python -m classifiers.lexical_training` on the same rows as the head. The domain "
-        f"signal reports `(1 - {model.mix}) * p_head + {model.mix} * p_lexical`; the mix had "
-        f"the best accuracy ({metrics['held_out_accuracy']:.4f}) on the head's own held-out "
-        "train rows.", "",
+        f"signal reports `(1 - {model.mix}) * p_head + {model.mix} * p_lexical`; "
+        + ("the mix was set by `--mix` (the encoder was trained on the head's held-out rows); "
+           f"accuracy there {metrics['held_out_accuracy']:.4f}."
+           if metrics.get("mix_set") else
+           f"the mix had the best accuracy ({metrics['held_out_accuracy']:.4f}) on the head's "
+           "own held-out train rows."), "",
         "| eval file | n | head alone | lexical alone | mixed |", "|---|---|---|---|---|",
     ]
     for name, m in metrics["eval"].items():
@@ -146,7 +151,8 @@ def run(args: argparse.Namespace) -> int:
     if len(val_idx) == 0:
         log("error: the head was trained without a held-out split; cannot choose the mix")
         return 2
-    encoder = Encoder.load(max_length=int(config["max_length"]))
+    encoder = Encoder.load(max_length=int(config["max_length"]),
+                           adapter=None if args.adapter == "none" else args.adapter)
     if encoder.model_id != config["encoder"]:
         log(f"error: head {args.head} was trained on {config['encoder']}, not {encoder.model_id}")
         return 2
@@ -163,13 +169,19 @@ def run(args: argparse.Namespace) -> int:
                                "epochs": args.epochs, "seed": args.seed}
     held = fit_lexical([texts[i] for i in fit_idx], y[fit_idx], labels, **options)
     val = [train[i] for i in val_idx]
-    mix, val_accuracy = best_mix(head_probs(val, "embed held-out"),
-                                 lexical_log_probs(held, [e.text for e in val]), y[val_idx])
-    log(f"mix {mix}: held-out accuracy {val_accuracy:.4f} on {len(val)} rows")
+    val_probs = head_probs(val, "embed held-out")
+    val_lexical = lexical_log_probs(held, [e.text for e in val])
+    if args.mix is None:
+        mix, val_accuracy = best_mix(val_probs, val_lexical, y[val_idx])
+    else:
+        mix = args.mix
+        val_accuracy = _accuracy(mix_probs(val_probs, val_lexical, mix), y[val_idx])
+    log(f"mix {mix}{'' if args.mix is None else ' (set)'}: held-out accuracy "
+        f"{val_accuracy:.4f} on {len(val)} rows")
     model = fit_lexical(texts, y, labels, **options)
     model.mix = mix
     metrics: dict[str, Any] = {"held_out_accuracy": round(val_accuracy, 4), "n_train": len(train),
-                               "training": options, "eval": {}}
+                               "training": options, "eval": {}, "mix_set": args.mix is not None}
     for path in args.eval or []:
         rows = read_jsonl(path)
         y_eval = label_ids(rows, labels, path)
@@ -186,6 +198,13 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _unit(value: str) -> float:
+    mix = float(value)
+    if not 0.0 <= mix <= 1.0:
+        raise argparse.ArgumentTypeError("the mix is between 0 and 1")
+    return mix
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data", required=True, help="the JSONL the head was trained on")
@@ -196,6 +215,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--max-features", type=int, default=100_000)
     parser.add_argument("--epochs", type=int, default=30)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--adapter", default="bundled",
+                        help="encoder adapter the head was trained with (bundled, none or a dir)")
+    parser.add_argument("--mix", type=_unit, help="use this mix instead of choosing it on the "
+                        "held-out rows (for an encoder trained on those rows)")
     return run(parser.parse_args(argv))
 
 

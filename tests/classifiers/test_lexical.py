@@ -14,6 +14,7 @@ import torch
 
 from classifiers import ClassifierError, ClassifierSettings, LearnedSignalSpec
 from classifiers.engine import SignalEngine
+from classifiers.heads import Head, HeadSpec, save_head
 from classifiers.lexical import (
     CONFIG_FILE,
     MAX_CHARS,
@@ -25,7 +26,13 @@ from classifiers.lexical import (
     save_lexical,
     tokens,
 )
-from classifiers.lexical_training import best_mix, build_vocab, fit_lexical, write_card_section
+from classifiers.lexical_training import (
+    best_mix,
+    build_vocab,
+    fit_lexical,
+    main,
+    write_card_section,
+)
 from classifiers.signals import DomainSignal
 
 LABELS = ("math", "code", "chat", "law")
@@ -159,3 +166,29 @@ def test_card_section_is_replaced_not_repeated(fitted: LexicalModel, tmp_path: P
     assert card.startswith("# domain head\n\nbody\n\n## Lexical companion")
     assert card.count("## Lexical companion") == 1
     assert "| test.jsonl | 10 | 0.8000 | 0.7000 | 0.9000 |" in card
+
+
+def test_build_step_keeps_a_set_mix_and_says_so(tmp_path: Path) -> None:
+    """`--mix` skips the choice on held-out rows (an encoder trained on them, e.g. a student)
+    and `--adapter none` evaluates a head trained on the plain encoder; the card says which."""
+    data = tmp_path / "train.jsonl"
+    rows = [{"text": t, "label": label, "group": f"{label}-{i}"}
+            for label in LABELS for i, t in enumerate(TRAIN[label])]
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    torch.manual_seed(0)
+    head = Head(HeadSpec(kind="linear", input_dim=384, labels=LABELS))
+    head_dir = save_head(head, tmp_path / "domain", {
+        "encoder": "sentence-transformers/all-MiniLM-L6-v2", "max_length": 32,
+        "training": {"config": {"val_fraction": 0.25, "seed": 0}}})
+    args = ["--data", str(data), "--head", str(head_dir), "--adapter", "none", "--min-df", "1",
+            "--epochs", "5", "--eval", str(data)]
+    assert main([*args, "--mix", "0.35"]) == 0
+    config = json.loads((head_dir / CONFIG_FILE).read_text())
+    assert config["mix"] == 0.35 and config["metrics"]["mix_set"] is True
+    assert "set by `--mix`" in (head_dir / "README.md").read_text()
+    assert main(args) == 0
+    config = json.loads((head_dir / CONFIG_FILE).read_text())
+    assert config["metrics"]["mix_set"] is False
+    assert "best accuracy" in (head_dir / "README.md").read_text()
+    with pytest.raises(SystemExit):
+        main([*args, "--mix", "1.5"])
