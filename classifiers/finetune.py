@@ -37,7 +37,7 @@ from classifiers.adapter import (
 )
 from classifiers.encoder import BUNDLED_MODEL_ID, bundled_encoder_dir, mean_pool
 from classifiers.student import apply_student, keep_layers, layer_parameters, save_student
-from classifiers.training import Example, read_jsonl, split_groups
+from classifiers.training import Example, TrainConfig, read_jsonl, split_groups
 
 
 @dataclass(frozen=True)
@@ -272,7 +272,8 @@ def _task_spec(spec: str) -> tuple[str, str, int]:
     return name, path, int(limit) if limit else 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of `python -m classifiers.finetune`."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument(
         "--task",
@@ -302,9 +303,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--teacher", type=Path, help="adapter directory the student imitates")
     parser.add_argument("--init", type=Path, help="student directory to continue training from")
     parser.add_argument("--cache-dir", type=Path, help="embedding cache for teacher vectors")
-    parser.add_argument("--val-fraction", type=float, default=0.05)
-    parser.add_argument("--seed", type=int, default=0)
-    return train(parser.parse_args(argv))
+    # The same split as classifiers.training by default: with the same data and seed, the rows a
+    # head (and its lexical mix) is judged on were never seen by the encoder either.
+    parser.add_argument("--val-fraction", type=float, default=TrainConfig.val_fraction)
+    parser.add_argument("--seed", type=int, default=TrainConfig.seed)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return train(build_parser().parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -126,3 +126,27 @@ def test_finetune_trains_a_student_the_encoder_loads(tmp_path: Path) -> None:
     ours, theirs = student.embed(texts), teacher.embed(texts)
     assert torch.allclose(ours.norm(dim=1), torch.ones(2), atol=1e-4)
     assert not torch.allclose(ours, theirs, atol=1e-2)
+
+
+def test_finetune_holds_out_the_rows_the_heads_hold_out(tmp_path: Path) -> None:
+    """By default the encoder (LoRA or student) never trains on the rows `classifiers.training`
+    keeps for a head's early stopping and `lexical_training` for the mix: a head judged on rows
+    its encoder has seen looks better than it is (the student experiment picked a lexical mix of
+    0.1 instead of 0.4 that way)."""
+    import numpy as np
+
+    from classifiers.finetune import build_parser, load_task
+    from classifiers.training import TrainConfig, split_groups
+
+    labels = ("law", "math", "physics")
+    rows = [{"text": f"{label} question {g}-{v}", "label": label, "group": f"{label}{g}"}
+            for label in labels for g in range(30) for v in range(2)]
+    data = tmp_path / "train.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    args = build_parser().parse_args(["--task", f"domain={data}", "--out", str(tmp_path / "o")])
+    task = load_task("domain", str(data), args.val_fraction, 0, args.seed)
+    config = TrainConfig()
+    y = np.array([labels.index(r["label"]) for r in rows])
+    _, head_val = split_groups(y, [r["group"] for r in rows], config.val_fraction, config.seed)
+    assert task.val
+    assert {e.group for e in task.val} == {rows[i]["group"] for i in head_val}
