@@ -27,6 +27,7 @@ from classifiers.heads import load_head, read_head_config
 from classifiers.lexical import LexicalModel, mix_probs, save_lexical, tokens
 from classifiers.training import (
     Example,
+    add_adapter_option,
     cached_embed,
     embed_with_encoder,
     label_ids,
@@ -151,8 +152,7 @@ def run(args: argparse.Namespace) -> int:
     if len(val_idx) == 0:
         log("error: the head was trained without a held-out split; cannot choose the mix")
         return 2
-    encoder = Encoder.load(max_length=int(config["max_length"]),
-                           adapter=None if args.adapter == "none" else args.adapter)
+    encoder = Encoder.load(max_length=int(config["max_length"]), adapter=args.adapter)
     if encoder.model_id != config["encoder"]:
         log(f"error: head {args.head} was trained on {config['encoder']}, not {encoder.model_id}")
         return 2
@@ -215,8 +215,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--max-features", type=int, default=100_000)
     parser.add_argument("--epochs", type=int, default=30)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--adapter", default="bundled",
-                        help="encoder adapter the head was trained with (bundled, none or a dir)")
+    add_adapter_option(parser)
     parser.add_argument("--mix", type=_unit, help="use this mix instead of choosing it on the "
                         "held-out rows (for an encoder trained on those rows)")
     return run(parser.parse_args(argv))

@@ -329,12 +329,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--val-fraction", type=float, default=TrainConfig.val_fraction)
     parser.add_argument("--seed", type=int, default=TrainConfig.seed)
     parser.add_argument("--encoder", help="encoder directory (default: bundled all-MiniLM-L6-v2)")
-    parser.add_argument(
-        "--adapter",
-        default="bundled",
-        help="LoRA adapter merged into the encoder: bundled (the shipped one, bundled encoder "
-        "only), a directory, or none",
-    )
+    add_adapter_option(parser)
     parser.add_argument("--max-length", type=int, default=256, help="encoder truncation (tokens)")
     parser.add_argument("--device", default="cpu", help="encoder device: cpu | cuda | cuda:N")
     parser.add_argument("--cache-dir", help="cache embeddings here as .npy (reused across runs)")
@@ -368,7 +363,7 @@ def run(args: argparse.Namespace) -> int:
         args.encoder,
         device=args.device,
         max_length=args.max_length,
-        adapter=None if args.adapter == "none" else args.adapter,
+        adapter=args.adapter,
     )
     key = f"{encoder.model_id}|{encoder.max_length}|mean|l2"
     cache = Path(args.cache_dir) if args.cache_dir else None
@@ -414,6 +409,17 @@ def run(args: argparse.Namespace) -> int:
         f"best epoch {report['best_epoch']}/{report['epochs_run']}, {report['seconds']} s)"
     )
     return 0
+
+
+def add_adapter_option(parser: argparse.ArgumentParser) -> None:
+    """`--adapter`: the value `Encoder.load` takes (`none` becomes None)."""
+    parser.add_argument(
+        "--adapter",
+        default="bundled",
+        type=lambda value: None if value == "none" else value,
+        help="adapter merged into the encoder: bundled (the shipped one, bundled encoder "
+        "only), a directory, or none",
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
