@@ -94,6 +94,11 @@ async def main(args: argparse.Namespace) -> int:
         samples = await latency(explainer, text, args.requests, args.seconds)
         done, failed, elapsed = await throughput(explainer, text, args.concurrency,
                                                  args.requests * 10, args.seconds)
+        by_length = {}
+        for tokens in args.sweep:
+            other = long_prompt(tokens)
+            await explainer.explain_text(other)
+            by_length[tokens] = await latency(explainer, other, args.requests, args.seconds / 4)
     finally:
         await explainer.close()
     p50 = statistics.median(samples)
@@ -107,6 +112,8 @@ async def main(args: argparse.Namespace) -> int:
     print(f"{'samples':<42} {len(samples):>10}")
     print(f"{f'throughput at concurrency {args.concurrency} (decisions/s)':<42} {rate:>10.1f}")
     print(f"{'decisions with a failed signal (not counted)':<42} {failed:>10}")
+    for tokens, runs in by_length.items():
+        print(f"{f'  p50 at ~{tokens} tokens (ms)':<42} {statistics.median(runs):>10.2f}")
     gpu = args.device.startswith("cuda")
     latency_target = 5.0 if gpu else 50.0
     checks = [(f"p50 <= {latency_target:g} ms", p50 <= latency_target)]
@@ -124,6 +131,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--device", default="cuda", help="cuda, cuda:N or cpu")
     parser.add_argument("--config", default=str(ROOT / "config" / "default.yaml"))
     parser.add_argument("--tokens", type=int, default=512)
+    parser.add_argument(
+        "--sweep", type=lambda v: [int(n) for n in v.split(",") if n], default=[],
+        help="also print p50 latency at these prompt lengths, e.g. 64,128,256,1024",
+    )
     parser.add_argument("--requests", type=int, default=200, help="latency samples")
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--seconds", type=float, default=60.0, help="limit per phase")

@@ -27,6 +27,24 @@ class BatchingSettings:
 
 
 @dataclass(frozen=True)
+class LongPromptSettings:
+    """A faster encoder for long prompts on CPU (`classifiers.long_prompts`).
+
+    A text of at least `min_tokens` tokens is scored by `encoder_adapter` (`bundled` = the
+    two-layer student in `classifiers/models/encoder-student`, or a student directory) with the
+    heads in each head directory's `long/`; shorter texts keep the full encoder. A long text whose
+    jailbreak score from the student is at least `escalate_at` is scored again by the full
+    encoder, whose scores count. Used only when the shared encoder runs on CPU: on a GPU every
+    text gets the full encoder.
+    """
+
+    min_tokens: int = 192
+    encoder_adapter: str = "bundled"
+    quantize_int8: bool = True
+    escalate_at: float = 0.5
+
+
+@dataclass(frozen=True)
 class ClassifierSettings:
     """Process-wide classifier settings (`classifiers:` in the router config).
 
@@ -44,6 +62,7 @@ class ClassifierSettings:
     max_windows: int = 8
     quantize_int8: bool = False
     batching: BatchingSettings = field(default_factory=BatchingSettings)
+    long_prompts: LongPromptSettings | None = None
 
 
 @dataclass(frozen=True)

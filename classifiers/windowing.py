@@ -26,18 +26,32 @@ class Windows:
     """Token windows of a batch of texts.
 
     `rows[i]` are the token ids of window i (special tokens included, unpadded) and `owners[i]` the
-    index of the text it came from; `counts[t]` / `truncated[t]` are per text.
+    index of the text it came from; `counts[t]` / `truncated[t]` / `tokens[t]` are per text
+    (`tokens`: the text's length in tokens, counted before the window bound dropped any).
     """
 
     rows: tuple[tuple[int, ...], ...]
     owners: tuple[int, ...]
     counts: tuple[int, ...]
     truncated: tuple[bool, ...]
+    tokens: tuple[int, ...] = ()
 
     @property
     def dropped(self) -> int:
         """Number of texts that lost content to the window bound."""
         return sum(self.truncated)
+
+    def subset(self, texts: Sequence[int]) -> Windows:
+        """The windows of `texts` only, renumbered: text `texts[k]` becomes text k."""
+        new_owner = {old: new for new, old in enumerate(texts)}
+        kept = [i for i, owner in enumerate(self.owners) if owner in new_owner]
+        return Windows(
+            tuple(self.rows[i] for i in kept),
+            tuple(new_owner[self.owners[i]] for i in kept),
+            tuple(self.counts[t] for t in texts),
+            tuple(self.truncated[t] for t in texts),
+            tuple(self.tokens[t] for t in texts) if self.tokens else (),
+        )
 
 
 def default_overlap(max_length: int) -> int:
@@ -69,10 +83,13 @@ def split_windows(
     mapping: list[int] = list(encoded["overflow_to_sample_mapping"])
     ids: list[list[int]] = encoded["input_ids"]
     seen = [0] * len(texts)
+    specials = tokenizer.num_special_tokens_to_add()
+    tokens = [specials + stride] * len(texts)  # each window after the first repeats `stride`
     rows: list[tuple[int, ...]] = []
     owners: list[int] = []
     for row, owner in zip(ids, mapping, strict=True):
         seen[owner] += 1
+        tokens[owner] += len(row) - specials - stride
         if seen[owner] <= max_windows:
             rows.append(tuple(row))
             owners.append(owner)
@@ -80,7 +97,7 @@ def split_windows(
         seen[i] > max_windows or len(texts[i]) > char_budget for i in range(len(texts))
     )
     counts = tuple(min(n, max_windows) for n in seen)
-    return Windows(tuple(rows), tuple(owners), counts, truncated)
+    return Windows(tuple(rows), tuple(owners), counts, truncated, tuple(tokens))
 
 
 def pad_rows(rows: Sequence[Sequence[int]], pad_id: int) -> dict[str, torch.Tensor]:

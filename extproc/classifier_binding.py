@@ -11,7 +11,12 @@ import logging
 from functools import partial
 from typing import TYPE_CHECKING
 
-from classifiers.api import BatchingSettings, ClassifierSettings, LearnedSignalSpec
+from classifiers.api import (
+    BatchingSettings,
+    ClassifierSettings,
+    LearnedSignalSpec,
+    LongPromptSettings,
+)
 from extproc.config import RouterConfig
 from extproc.context import needed_signals
 from extproc.metrics import RouterMetrics
@@ -36,6 +41,10 @@ def classifier_settings(config: RouterConfig) -> ClassifierSettings:
         max_windows=source.max_windows,
         quantize_int8=source.quantize_int8,
         batching=BatchingSettings(**source.batching.model_dump()),
+        long_prompts=(
+            None if source.long_prompts is None
+            else LongPromptSettings(**source.long_prompts.model_dump())
+        ),
     )
 
 
@@ -73,7 +82,8 @@ async def build_engine(
         partial(
             SignalEngine.build, classifier_settings(config), specs,
             on_timing=metrics.classifier_timing, on_batch=metrics.classifier_batch,
-            on_truncated=metrics.classifier_truncated, logger=logger,
+            on_truncated=metrics.classifier_truncated,
+            on_long=metrics.classifier_long_prompt, logger=logger,
         )
     )
     await engine.start()

@@ -95,6 +95,11 @@ class RouterMetrics:
             "semantic_router_classifier_truncations",
             "Texts longer than the classifier's window bound (the rest was not scored)",
             ["classifier"], registry=self.registry)
+        self._long_prompts = Counter(
+            "semantic_router_classifier_long_prompts",
+            "Long texts by path: scored by the student encoder alone, or escalated to the full "
+            "encoder after the student flagged them", ["classifier", "path"],
+            registry=self.registry)
 
     def classifier_timing(self, classifier: str, stage: str, seconds: float) -> None:
         self._classifier_seconds.labels(classifier, stage).observe(seconds)
@@ -107,6 +112,9 @@ class RouterMetrics:
 
     def classifier_truncated(self, classifier: str) -> None:
         self._truncations.labels(classifier).inc()
+
+    def classifier_long_prompt(self, classifier: str, path: str) -> None:
+        self._long_prompts.labels(classifier, path).inc()
 
     def routed(self, outcome: str, reason: str, decision: str, model: str) -> None:
         # label children are cached: labels() costs a lock and a tuple build per call

@@ -86,6 +86,17 @@ DESCRIPTIONS: dict[str, str] = {
     "classifiers.max_length": "tokens per classifier window",
     "classifiers.max_windows": "a longer text is split into at most this many windows",
     "classifiers.quantize_int8": "dynamic int8 linear layers on CPU (ignored on CUDA)",
+    "classifiers.long_prompts": "CPU only: prompts of at least `min_tokens` tokens are scored "
+        "by a faster layer-reduced student encoder with the heads in each head directory's "
+        "`long/` (unset: every prompt gets the full encoder)",
+    "classifiers.long_prompts.min_tokens": "shortest text (in tokens) the student encoder scores",
+    "classifiers.long_prompts.encoder_adapter": "`bundled` (the two-layer student the bundled "
+        "`long/` heads were trained on) or a student directory",
+    "classifiers.long_prompts.escalate_at": "a student jailbreak score at or above this sends "
+        "the text to the full encoder, whose scores count (kept at or below the jailbreak "
+        "signal's threshold, the student never blocks a request alone)",
+    "classifiers.long_prompts.quantize_int8": "dynamic int8 linear layers for the student (its "
+        "bundled heads were trained on int8 embeddings)",
     "classifiers.batching.max_batch_size": "most requests in one forward pass",
     "classifiers.batching.max_wait_ms": "how long a batch waits to fill, only while the queue "
         "is under load",

@@ -165,6 +165,13 @@ class BatchingConfig(Strict):
     timeout_ms: float = Field(default=2000.0, gt=0, le=60_000)
 
 
+class LongPromptsConfig(Strict):
+    min_tokens: int = Field(default=192, ge=2, le=1_000_000)
+    encoder_adapter: str = Field(default="bundled", min_length=1)
+    quantize_int8: bool = True
+    escalate_at: float = Field(default=0.5, ge=0, le=1)
+
+
 class ClassifiersConfig(Strict):
     device: str = Field(default="auto", pattern=r"^(auto|cpu|cuda|cuda:[0-9]+)$")
     encoder: str | None = None
@@ -173,6 +180,7 @@ class ClassifiersConfig(Strict):
     max_windows: int = Field(default=8, ge=1, le=64)
     quantize_int8: bool = False
     batching: BatchingConfig = BatchingConfig()
+    long_prompts: LongPromptsConfig | None = None
 
 
 OnError = Literal["ignore", "match", "reject"]

@@ -38,6 +38,25 @@ def test_long_text_is_split_with_overlap(tokenizer: PreTrainedTokenizerBase) -> 
     assert all(len(row) <= 32 for row in windows.rows)
 
 
+@pytest.mark.parametrize("words", [1, 29, 30, 31, 57, 100, 400])
+def test_token_count_is_the_text_length_whatever_the_windows(
+    tokenizer: PreTrainedTokenizerBase, words: int
+) -> None:
+    text = " ".join(["word"] * words)  # one token per word, plus [CLS] and [SEP]
+    windows = split_windows(tokenizer, [text, "hi"], max_length=32, max_windows=3, overlap=4)
+    assert windows.tokens == (words + 2, 3)  # counted before the bound drops windows
+
+
+def test_subset_keeps_only_the_named_texts_windows(tokenizer: PreTrainedTokenizerBase) -> None:
+    texts = ["a b c", " ".join(["word"] * 70), "d e"]
+    windows = split_windows(tokenizer, texts, max_length=32, max_windows=8, overlap=4)
+    part = windows.subset([2, 1])
+    assert part.counts == (1, windows.counts[1]) and part.tokens == (4, 72)
+    assert part.owners == (1,) * windows.counts[1] + (0,)  # renumbered, rows in their order
+    assert part.rows == tuple(r for r, o in zip(windows.rows, windows.owners, strict=True)
+                              if o in (1, 2))
+
+
 def test_windows_beyond_bound_are_dropped_and_flagged(tokenizer: PreTrainedTokenizerBase) -> None:
     texts = ["short", " ".join(["word"] * 500), "also short"]
     windows = split_windows(tokenizer, texts, max_length=32, max_windows=3)
