@@ -119,7 +119,8 @@ def _card_markdown(config: Mapping[str, Any], card: Mapping[str, Any]) -> str:
         f"| kind | `{config['kind']}` (hidden {config['hidden_size']}) |",
         f"| input | {config['input_dim']}-d `{config['pooling']}`-pooled, L2-normalized "
         "embedding |",
-        f"| encoder | `{config['encoder']}` (max_length {config['max_length']}) |",
+        f"| encoder | `{config['encoder']}` (max_length {config['max_length']}"
+        + (", dynamic int8" if config.get("encoder_int8") else "") + ") |",
         f"| labels | {', '.join(f'`{label}`' for label in config['labels'])} |",
         "",
     ]
@@ -180,7 +181,7 @@ def save_head(head: Head, directory: str | Path, card: Mapping[str, Any]) -> Pat
     """Write `head.safetensors`, `head.json` and `README.md` into `directory` (created).
 
     `card` keys used: `encoder` (id, default the bundled MiniLM with its bundled adapter),
-    `pooling` (default "mean"), `max_length` (default 256), `metrics` (dict), `training`
+    `encoder_int8` (trained on its dynamic-int8 embeddings, default false), `pooling` (default "mean"), `max_length` (default 256), `metrics` (dict), `training`
     (dict), and for README.md only
     `title`, `summary`, `sections` (heading -> markdown). Raises `HeadFormatError` if the
     weights would exceed `MAX_HEAD_BYTES`.
@@ -196,6 +197,7 @@ def save_head(head: Head, directory: str | Path, card: Mapping[str, Any]) -> Pat
         "dropout": spec.dropout,
         "labels": list(spec.labels),
         "encoder": str(card.get("encoder") or default_encoder_id()),
+        "encoder_int8": bool(card.get("encoder_int8", False)),
         "pooling": str(card.get("pooling", DEFAULT_POOLING)),
         "normalize": True,
         "max_length": int(card.get("max_length", 256)),

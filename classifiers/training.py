@@ -334,6 +334,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="cpu", help="encoder device: cpu | cuda | cuda:N")
     parser.add_argument("--cache-dir", help="cache embeddings here as .npy (reused across runs)")
     parser.add_argument(
+        "--quantize-int8", action="store_true",
+        help="train on the encoder's dynamic-int8 embeddings (CPU), as the long-prompt "
+        "student runs (classifiers.long_prompts.quantize_int8)",
+    )
+    parser.add_argument(
         "--card", help="JSON file with model-card fields (title, summary, sections)"
     )
 
@@ -364,8 +369,11 @@ def run(args: argparse.Namespace) -> int:
         device=args.device,
         max_length=args.max_length,
         adapter=args.adapter,
+        quantize=args.quantize_int8,
     )
     key = f"{encoder.model_id}|{encoder.max_length}|mean|l2"
+    if args.quantize_int8:
+        key += "|int8"  # int8 embeddings differ from fp32 ones: never share a cache entry
     cache = Path(args.cache_dir) if args.cache_dir else None
     embed = embed_with_encoder(encoder, label="embed train")
     x = cached_embed(embed, [e.text for e in train], cache, key)
@@ -399,6 +407,7 @@ def run(args: argparse.Namespace) -> int:
             )
     card = card | {
         "encoder": encoder.model_id,
+        "encoder_int8": args.quantize_int8,
         "max_length": encoder.max_length,
         "metrics": card.get("metrics", {}) | metrics,
         "training": report | {"data": Path(args.data).name, "n_examples": len(train)},

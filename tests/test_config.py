@@ -80,6 +80,19 @@ def test_default_yaml_loads() -> None:
     assert outcome.plugins.block is not None
 
 
+def test_long_prompts_reach_the_classifier_settings() -> None:
+    from classifiers.api import LongPromptSettings
+    from extproc.classifier_binding import classifier_settings
+
+    # the embedded defaults turn it on; a config without the section keeps one encoder
+    assert classifier_settings(load_config(DEFAULT_YAML)).long_prompts == LongPromptSettings()
+    assert classifier_settings(load_config_text(MINIMAL)).long_prompts is None
+    text = MINIMAL + "classifiers: {long_prompts: {min_tokens: 300, quantize_int8: false}}\n"
+    assert classifier_settings(load_config_text(text)).long_prompts == LongPromptSettings(
+        min_tokens=300, quantize_int8=False
+    )
+
+
 def test_explicit_model_resolves_by_name_or_unique_provider_id() -> None:
     config = load_config_text(MINIMAL)
     assert config.resolve_explicit("coder") is config.models["coder"]
@@ -221,6 +234,11 @@ INVALID = [
         with_lines(MINIMAL, "rules: {signal: code}", "rules: {any: [{sigal: code}]}"),
         "decisions[0].rules.any[0].sigal: Extra inputs are not permitted",
         id="typo-in-nested-rule",
+    ),
+    pytest.param(
+        MINIMAL + "classifiers: {long_prompts: {escalate_at: 1.5}}\n",
+        "classifiers.long_prompts.escalate_at: Input should be less than or equal to 1",
+        id="long-prompts-escalate-above-one",
     ),
     pytest.param(
         "providers: [unclosed\n", "invalid YAML: while parsing a flow sequence", id="bad-yaml"

@@ -142,6 +142,39 @@ def test_cli_trains_a_head_from_jsonl(tmp_path: Path) -> None:
     assert list((tmp_path / "c").glob("*.npy"))  # embeddings cached for the next run
 
 
+def test_cli_trains_on_the_int8_student_with_its_own_cache_entries(tmp_path: Path) -> None:
+    from classifiers.encoder import bundled_student_dir
+
+    rows = [("add two numbers in python", "code"), ("bake a loaf of bread", "cooking")] * 4
+    data = _write(tmp_path / "train.jsonl", rows)
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    common = ["--data", str(data), "--labels", "code,cooking", "--epochs", "2",
+              "--val-fraction", "0", "--cache-dir", str(tmp_path / "c"),
+              "--adapter", str(bundled_student_dir())]  # fmt: skip
+    assert run(parser.parse_args([*common, "--out", str(tmp_path / "fp32")])) == 0
+    int8_args = [*common, "--out", str(tmp_path / "int8"), "--quantize-int8"]
+    assert run(parser.parse_args(int8_args)) == 0
+    fp32, int8 = (json.loads((tmp_path / d / CONFIG_FILE).read_text()) for d in ("fp32", "int8"))
+    student_id = "sentence-transformers/all-MiniLM-L6-v2+sr-student-l2"
+    assert fp32["encoder"] == int8["encoder"] == student_id
+    assert (fp32["encoder_int8"], int8["encoder_int8"]) == (False, True)
+    # int8 embeddings differ from fp32 ones, so they were embedded and cached separately
+    assert len(list((tmp_path / "c").glob("*.ids.npy"))) == 2
+
+
+def test_committed_long_heads_fit_the_bundled_student() -> None:
+    from classifiers.encoder import Encoder, bundled_student_dir
+
+    student_id = Encoder.load(adapter=str(bundled_student_dir()), quantize=True).model_id
+    for name, labels in (("domain", DOMAIN_LABELS), ("jailbreak", ("benign", "jailbreak"))):
+        directory = MODELS / name / "long"
+        assert load_head(directory).labels == labels
+        config = json.loads((directory / CONFIG_FILE).read_text())
+        assert (config["encoder"], config["encoder_int8"]) == (student_id, True)
+        assert "Licence" in (directory / "README.md").read_text()
+
+
 def test_cli_rejects_unknown_labels(tmp_path: Path) -> None:
     data = _write(tmp_path / "d.jsonl", [("a", "x"), ("b", "y")])
     parser = argparse.ArgumentParser()
