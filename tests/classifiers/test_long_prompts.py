@@ -4,6 +4,7 @@ encoder, and student-flagged jailbreaks confirmed by the full encoder (real enco
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import Callable
@@ -132,17 +133,35 @@ def test_engine_binds_the_long_heads(heads: Path) -> None:
     specs = [
         LearnedSignalSpec(name="topic", kind="domain", model=str(heads / "domain")),
         LearnedSignalSpec(name="attack", kind="jailbreak", model=str(heads / "jailbreak")),
+        LearnedSignalSpec(name="routes", kind="embedding", threshold=0.0,
+                          examples={"law": ("a court ruling on a contract",), "math": ("x + 1",)}),
     ]
+    outcomes: list[tuple[str, str]] = []
     try:
-        engine = SignalEngine.build(_settings(min_tokens=MIN_TOKENS), specs, logger=log)
+        engine = SignalEngine.build(
+            _settings(min_tokens=MIN_TOKENS), specs, logger=log,
+            on_long=lambda name, path: outcomes.append((name, path)),
+        )
     finally:
         log.removeHandler(handler)
     lines = [json.loads(m) for m in records if '"model_binding_ready"' in m]
     long_lines = {line["classifier"]: line for line in lines if "/" in line["classifier"]}
-    assert set(long_lines) == {"topic/long", "attack/long"}
+    assert set(long_lines) == {"topic/long", "attack/long", "routes/long"}
     assert long_lines["attack/long"]["model"] == str(heads / "jailbreak" / LONG_HEADS)
     assert long_lines["attack/long"]["dtype"] == "int8"
-    assert engine.names == frozenset({"topic", "attack"})
+    assert long_lines["routes/long"]["model"].endswith("+sr-student-l2")
+    assert engine.names == frozenset({"topic", "attack", "routes"})
+    scores = asyncio.run(_evaluate(engine, LONG))
+    assert scores["routes"].label == "law"  # the examples were embedded by the student too
+    assert [name for name, _ in outcomes].count("routes") == 1
+
+
+async def _evaluate(engine: SignalEngine, text: str) -> dict[str, SignalScore]:
+    await engine.start()
+    try:
+        return await engine.evaluate(text)
+    finally:
+        await engine.close()
 
 
 def test_a_head_without_a_long_head_fails_the_build(
