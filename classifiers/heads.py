@@ -181,9 +181,9 @@ def save_head(head: Head, directory: str | Path, card: Mapping[str, Any]) -> Pat
     """Write `head.safetensors`, `head.json` and `README.md` into `directory` (created).
 
     `card` keys used: `encoder` (id, default the bundled MiniLM with its bundled adapter),
-    `encoder_int8` (trained on its dynamic-int8 embeddings, default false), `pooling` (default "mean"), `max_length` (default 256), `metrics` (dict), `training`
-    (dict), and for README.md only
-    `title`, `summary`, `sections` (heading -> markdown). Raises `HeadFormatError` if the
+    `encoder_int8` (trained on its dynamic-int8 embeddings, default false), `pooling` (default
+    "mean"), `max_length` (default 256), `metrics` (dict), `training` (dict), and for README.md
+    only `title`, `summary`, `sections` (heading -> markdown). Raises `HeadFormatError` if the
     weights would exceed `MAX_HEAD_BYTES`.
     """
     out = Path(directory)
