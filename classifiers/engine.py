@@ -16,7 +16,6 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import ParamSpec
 
@@ -74,28 +73,36 @@ def _safe(callback: Callable[P, None] | None, logger: logging.Logger) -> Callabl
     return call
 
 
+def _head_dir(spec: LearnedSignalSpec, long: bool) -> Path:
+    """A domain/jailbreak signal's head directory (`long`: its `long/` head for the student)."""
+    parent = Path(spec.model) if spec.model else default_head_dir(spec.kind)
+    return parent / LONG_HEADS if long else parent
+
+
+def _missing_head(spec: LearnedSignalSpec, head_dir: Path, long: bool) -> str:
+    if long:
+        return (
+            f"classifiers.long_prompts needs a head trained on the long-prompt encoder at "
+            f"{head_dir}; train one there (`semantic-router train --adapter <student>`) or unset "
+            "classifiers.long_prompts"
+        )
+    return f"no head at {head_dir} " + (
+        "(the bundled default head is missing; train it with `semantic-router train` "
+        "or set `model:` to a head directory)"
+        if spec.model is None
+        else ""
+    )
+
+
 def _load_head_signal(
     spec: LearnedSignalSpec, encoder: Encoder, logger: logging.Logger, long: bool = False
 ) -> SharedSignal:
     """`long`: the head in `<head dir>/long`, trained on the long-prompt (student) encoder;
     a domain head there uses its parent's lexical model unless it has its own."""
-    parent = Path(spec.model) if spec.model else default_head_dir(spec.kind)
-    head_dir = parent / LONG_HEADS if long else parent
-    if long and not (head_dir / "head.json").is_file():
-        raise ClassifierError(
-            f"{spec.kind} signal {spec.name!r}: classifiers.long_prompts needs a head trained on "
-            f"the long-prompt encoder at {head_dir}; train one there "
-            "(`semantic-router train --adapter <student>`) or unset classifiers.long_prompts"
-        )
+    head_dir = _head_dir(spec, long)
     if not (head_dir / "head.json").is_file():
         raise ClassifierError(
-            f"{spec.kind} signal {spec.name!r}: no head at {head_dir} "
-            + (
-                "(the bundled default head is missing; train it with `semantic-router train` "
-                "or set `model:` to a head directory)"
-                if spec.model is None
-                else ""
-            )
+            f"{spec.kind} signal {spec.name!r}: {_missing_head(spec, head_dir, long)}"
         )
     config = read_head_config(head_dir)
     if int(config["input_dim"]) != encoder.dim or config.get("pooling", "mean") != "mean":
@@ -128,9 +135,9 @@ def _load_head_signal(
         )
     head = load_head(head_dir).to(encoder.device, torch.float32).eval()
     if spec.kind == "domain":
-        own = (head_dir / "lexical.json").is_file()
+        borrowed = long and not (head_dir / "lexical.json").is_file()
         try:
-            lexical = load_lexical(head_dir if own or not long else parent, head.labels)
+            lexical = load_lexical(head_dir.parent if borrowed else head_dir, head.labels)
         except LexicalFormatError as err:
             raise ClassifierError(f"{spec.kind} signal {spec.name!r}: {err}") from err
         return DomainSignal(spec.name, head, spec.threshold, lexical)
@@ -145,9 +152,7 @@ def _build_shared_signal(
         examples = {route: encoder.embed(list(texts)) for route, texts in spec.examples.items()}
         signal = EmbeddingSignal(spec.name, examples, spec.threshold, encoder.device)
         return signal, encoder.model_id
-    head_dir = Path(spec.model or default_head_dir(spec.kind))
-    head_signal = _load_head_signal(spec, encoder, logger, long)
-    return head_signal, str(head_dir / LONG_HEADS if long else head_dir)
+    return _load_head_signal(spec, encoder, logger, long), str(_head_dir(spec, long))
 
 
 def _check_names(specs: Sequence[LearnedSignalSpec]) -> None:
@@ -310,16 +315,17 @@ def _build_shared(
         started = time.perf_counter()
         signals[spec.name], model = _build_shared_signal(spec, encoder, log)
         models[spec.name] = (model, time.perf_counter() - started)
-    long = None
+    long: LongPrompts | None = None
+    long_bindings: list[Binding] = []
     if settings.long_prompts is not None:
         if device.type == "cpu":
-            long = _build_long(settings, specs, log)
+            long, long_bindings = _build_long(settings, specs, log)
         else:
             log.info(json.dumps({"event": "long_prompts_off", "device": str(device),
                                  "reason": "the full encoder scores every prompt on a GPU"}))
     runner = SharedEncoderRunner(
         encoder, signals, settings.max_windows, settings.batching.max_batch_size, on_truncated,
-        long=long.prompts if long else None, on_long=on_long,
+        long=long, on_long=on_long,
     )
     started = time.perf_counter()
     runner.warm_up()
@@ -329,18 +335,12 @@ def _build_shared(
     return runner, [
         Binding(name, model, str(device), dtype, encoder_seconds + warm_seconds + seconds)
         for name, (model, seconds) in models.items()
-    ] + (long.bindings if long else [])
-
-
-@dataclass(frozen=True)
-class _LongBuild:
-    prompts: LongPrompts
-    bindings: list[Binding]
+    ] + long_bindings
 
 
 def _build_long(
     settings: ClassifierSettings, specs: Sequence[LearnedSignalSpec], log: logging.Logger
-) -> _LongBuild:
+) -> tuple[LongPrompts, list[Binding]]:
     """The long-prompt path: the student encoder (CPU) and every shared signal's `long/` head;
     jailbreak signals escalate (see `LongPrompts`)."""
     long = settings.long_prompts
@@ -370,7 +370,7 @@ def _build_long(
         bindings.append(Binding(f"{spec.name}/{LONG_HEADS}", model, "cpu", dtype, seconds))
     escalate = frozenset(spec.name for spec in specs if spec.kind == "jailbreak")
     path = EncoderPath.of(student, signals)
-    return _LongBuild(LongPrompts(path, long.min_tokens, escalate, long.escalate_at), bindings)
+    return LongPrompts(path, long.min_tokens, escalate, long.escalate_at), bindings
 
 
 def _build_model(

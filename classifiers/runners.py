@@ -132,9 +132,8 @@ class SharedEncoderRunner:
         windows = self._split(items)
         tokenized = time.perf_counter()
         report("tokenize", tokenized - started)
-        everyone = list(range(len(items)))
         if self.long is None:
-            results = self._score(items, windows, [(self.full, everyone)])
+            results = self._score(items, windows, [(self.full, list(range(len(items))))])
         else:
             results = self._score_long_first(items, windows, self.long)
         report("inference", time.perf_counter() - tokenized)

@@ -75,6 +75,15 @@ def _runner(full: Encoder, student: Encoder, heads: Path, escalate_at: float | N
     )
 
 
+def _cascade_and_plain(
+    full: Encoder, student: Encoder, heads: Path, escalate_at: float
+) -> tuple[SharedEncoderRunner, SharedEncoderRunner, list[tuple[str, str]]]:
+    """A runner with the long path, one without it, and the cascade's `on_long` record."""
+    outcomes: list[tuple[str, str]] = []
+    cascade = _runner(full, student, heads, escalate_at=escalate_at, outcomes=outcomes)
+    return cascade, _runner(full, student, heads, escalate_at=None, outcomes=[]), outcomes
+
+
 def _run(runner: SharedEncoderRunner, texts: list[str]) -> list[dict[str, SignalScore]]:
     wanted = frozenset({"domain", "jailbreak"})
     return runner([EncoderRequest(t, wanted) for t in texts], lambda stage, seconds: None)
@@ -87,9 +96,7 @@ def _same(a: SignalScore, b: SignalScore) -> bool:
 def test_long_texts_go_to_the_student_and_short_ones_stay(
     full: Encoder, student: Encoder, heads: Path
 ) -> None:
-    outcomes: list[tuple[str, str]] = []
-    cascade = _runner(full, student, heads, escalate_at=1.01, outcomes=outcomes)
-    plain = _runner(full, student, heads, escalate_at=None, outcomes=[])
+    cascade, plain, outcomes = _cascade_and_plain(full, student, heads, escalate_at=1.01)
     mixed = _run(cascade, [LONG, SHORT, LONG + " again"])
     alone = _run(plain, [LONG, SHORT, LONG + " again"])
     # the short text is untouched by its long neighbours; the long ones are the student's
@@ -110,9 +117,7 @@ def test_long_texts_go_to_the_student_and_short_ones_stay(
 def test_a_student_flag_is_confirmed_by_the_full_encoder(
     full: Encoder, student: Encoder, heads: Path
 ) -> None:
-    outcomes: list[tuple[str, str]] = []
-    cascade = _runner(full, student, heads, escalate_at=0.0, outcomes=outcomes)
-    plain = _runner(full, student, heads, escalate_at=None, outcomes=[])
+    cascade, plain, outcomes = _cascade_and_plain(full, student, heads, escalate_at=0.0)
     got, want = _run(cascade, [SHORT, LONG]), _run(plain, [SHORT, LONG])
     # every long text crosses 0.0, so its scores are the full encoder's, for every signal
     assert all(_same(got[i][n], want[i][n]) for i in (0, 1) for n in ("domain", "jailbreak"))
