@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import statistics
+import threading
 import time
 from pathlib import Path
 
@@ -39,6 +40,7 @@ class RawEncoder:
         from classifiers.api import SHARED_ENCODER_KINDS
         from classifiers.engine import _build_shared  # the engine's builder: same runner
         from classifiers.runners import EncoderRequest
+        from classifiers.threads import queue_threads
 
         specs = [s for s in learned_specs(config) if s.kind in SHARED_ENCODER_KINDS]
         if not specs:
@@ -48,17 +50,41 @@ class RawEncoder:
             settings, specs, None, logging.getLogger("bench.raw_encoder")
         )
         self.device = bindings[0].device
+        self._plan = queue_threads(self.device, settings.batching.workers)
         names = frozenset(s.name for s in specs)
         self._requests = [EncoderRequest(text, names) for text in texts]
 
-    def throughput(self, batch: int, seconds: float) -> float:
-        """Texts/s at ``batch`` texts per call: median call time over ``seconds`` (>= 5 calls)."""
+    def throughput(self, batch: int, seconds: float) -> tuple[float, float | None]:
+        """Texts/s at ``batch`` texts per call in the two ways the router's queue runs
+        batches: one call at a time on every thread (a lone batch), and its workers side by
+        side on one share of the threads each (under load; None with one worker)."""
+        alone = self._calls(batch, seconds / 2, 1, self._plan.threads)
+        if self._plan.workers < 2:
+            return alone, None
+        share = max(1, self._plan.threads // self._plan.workers)
+        return alone, self._calls(batch, seconds / 2, self._plan.workers, share)
+
+    def _calls(self, batch: int, seconds: float, workers: int, threads: int) -> float:
+        """Texts/s of ``workers`` threads each calling the runner on ``batch`` texts with
+        ``threads`` intra-op threads: sum of batch / median call time (>= 5 calls each)."""
         items = [self._requests[i % len(self._requests)] for i in range(batch)]
-        self._runner(items, _no_report)
-        times: list[float] = []
-        end = time.perf_counter() + seconds
-        while len(times) < 5 or time.perf_counter() < end:
-            started = time.perf_counter()
+        rates = [0.0] * workers
+
+        def work(k: int) -> None:
+            if self._plan.set_threads is not None:
+                self._plan.set_threads(threads)
             self._runner(items, _no_report)
-            times.append(time.perf_counter() - started)
-        return batch / statistics.median(times)
+            times: list[float] = []
+            end = time.perf_counter() + seconds
+            while len(times) < 5 or time.perf_counter() < end:
+                started = time.perf_counter()
+                self._runner(items, _no_report)
+                times.append(time.perf_counter() - started)
+            rates[k] = batch / statistics.median(times)
+
+        pool = [threading.Thread(target=work, args=(k,)) for k in range(workers)]
+        for thread in pool:
+            thread.start()
+        for thread in pool:
+            thread.join()
+        return sum(rates)

@@ -39,11 +39,31 @@ class Cell:
     degraded: int = 0  # learned requests unclassified or with a failed signal
 
 
+@dataclass(frozen=True)
+class RawFigures:
+    """The raw encoder in-process at the router's batch size: texts/s of one call at a time
+    on every thread, and of the queue's workers side by side (None with one worker)."""
+
+    batch: int
+    one_call: float
+    side_by_side: float | None
+
+    @property
+    def best(self) -> float:
+        return max(self.one_call, self.side_by_side or 0.0)
+
+    def __str__(self) -> str:
+        side = self.side_by_side
+        side_text = "" if side is None else f", workers side by side {side:.0f}"
+        one = f"one call on every thread {self.one_call:.0f}"
+        return f"batch {self.batch}: {one}{side_text} texts/s"
+
+
 @dataclass
 class Run:
     cells: list[Cell] = field(default_factory=list)
-    # (round, concurrency of the (e) cell) -> (batch size, raw encoder texts/s in-process)
-    raw: dict[tuple[int, int], tuple[int, float]] = field(default_factory=dict)
+    # (round, concurrency of the (e) cell) -> the raw encoder in-process, right after it
+    raw: dict[tuple[int, int], RawFigures] = field(default_factory=dict)
 
     def get(self, variant: str, concurrency: int, rnd: int) -> Cell | None:
         for cell in self.cells:
@@ -105,10 +125,13 @@ def _p50_added(run: Run, v: str, w: str) -> PerRound:
     return fn
 
 
-def _raw_ratio(run: Run, c: int) -> PerRound:
+def _raw_ratio(run: Run, c: int, best: bool) -> PerRound:
+    """(e) req/s over the raw encoder's texts/s: its better layout, or one call at a time."""
     def fn(r: int) -> float | None:
         x, raw = run.rps("e", c, r), run.raw.get((r, c))
-        return x / raw[1] if x is not None and raw is not None else None
+        if x is None or raw is None:
+            return None
+        return x / (raw.best if best else raw.one_call)
 
     return fn
 
@@ -123,8 +146,8 @@ def ratios(run: Run, rounds: int) -> list[Ratio]:
         ("(d)/(b) req/s at c=16", _rps_ratio(run, "d", 16, "b", 16), ">=", 0.8),
         ("(c) p50 - (b) p50 at c=1, ms", _p50_added(run, "c", "b"), "<=", 0.3),
         ("(d) p50 - (b) p50 at c=1, ms", _p50_added(run, "d", "b"), "<=", 0.3),
-        (f"(e) c={E_HIGH} req/s / raw encoder texts/s at the router's batch size",
-         _raw_ratio(run, E_HIGH), ">=", 0.8),
+        (f"(e) c={E_HIGH} req/s / raw encoder texts/s at the router's batch size, better layout",
+         _raw_ratio(run, E_HIGH, best=True), ">=", 0.8),
         (f"(e) c={E_HIGH} / (e) c=1 req/s", _rps_ratio(run, "e", E_HIGH, "e", 1), ">=", 2.0),
         ("(c)/(b1) req/s at c=16 (null ext_proc on the router's one-message routes)",
          _rps_ratio(run, "c", 16, "b1", 16), "", None),
@@ -135,7 +158,10 @@ def ratios(run: Run, rounds: int) -> list[Ratio]:
         ("(c)/(a) req/s at c=16", _rps_ratio(run, "c", 16, "a", 16), "", None),
         ("(b) p50 - (a) p50 at c=1, ms (the null ext_proc's own cost)",
          _p50_added(run, "b", "a"), "", None),
-        ("(e) c=1 req/s / raw encoder texts/s at batch 1", _raw_ratio(run, 1), "", None),
+        (f"(e) c={E_HIGH} req/s / raw encoder texts/s at that batch size, one call at a time",
+         _raw_ratio(run, E_HIGH, best=False), "", None),
+        ("(e) c=1 req/s / raw encoder texts/s at batch 1, one call",
+         _raw_ratio(run, 1, best=False), "", None),
     ]
     out: list[Ratio] = []
     for name, fn, op, target in rows:
@@ -163,9 +189,8 @@ def verdicts(run: Run, rounds: int) -> list[str]:
 
 def report(run: Run, variants: list[str], rounds: int) -> None:
     print("\n" + table(run, variants))
-    for (rnd, c), (batch, texts_s) in sorted(run.raw.items()):
-        print(f"raw encoder in-process, round {rnd}, paired with (e) c={c}: batch {batch}: "
-              f"{texts_s:.0f} texts/s")
+    for (rnd, c), figures in sorted(run.raw.items()):
+        print(f"raw encoder in-process, round {rnd}, paired with (e) c={c}: {figures}")
     print("\nratios (median over rounds; per-round values in brackets)")
     for line in verdicts(run, rounds):
         print(line)

@@ -44,7 +44,7 @@ import yaml
 
 from bench import _stack as st
 from bench._load import LoadGenerator, load_generator
-from bench._report import E_HIGH, LABELS, Cell, Run, report
+from bench._report import E_HIGH, LABELS, Cell, RawFigures, Run, report
 from extproc.config import RouterConfig
 from extproc.envoy_process import EnvoyProcess
 from extproc.localnet import free_port
@@ -239,8 +239,8 @@ async def run_rounds(args: argparse.Namespace, variants: list[str], stacks: dict
                       f"p50 {cell.load.p50_ms:.2f} ms, errors {cell.load.errors}", flush=True)
                 if raw is not None and v == "e" and c in (1, E_HIGH):
                     batch = max(1, round(cell.batch_mean or 1))
-                    texts_s = await asyncio.to_thread(raw.throughput, batch, seconds / 2)
-                    run.raw[(rnd, c)] = (batch, texts_s)
+                    one, side = await asyncio.to_thread(raw.throughput, batch, seconds)
+                    run.raw[(rnd, c)] = RawFigures(batch, one, side)
     report(run, variants, args.rounds)
     for name, stack in stacks.items():
         if stack.extproc is not None:

@@ -18,12 +18,14 @@ SHARED_ENCODER_KINDS: frozenset[str] = frozenset({"domain", "jailbreak", "embedd
 
 @dataclass(frozen=True)
 class BatchingSettings:
-    """Bounds of one batching queue; every wait is bounded by `timeout_ms`."""
+    """Bounds of one batching queue; every wait is bounded by `timeout_ms`. `workers`: worker
+    threads of a CPU queue (0 = auto, see `classifiers.threads`); a GPU queue has one."""
 
     max_batch_size: int = 32
     max_wait_ms: float = 2.0
     max_queue: int = 512
     timeout_ms: float = 2000.0
+    workers: int = 0
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,11 @@ Constraints:
 - `max_wait_ms` is only spent when the queue is under load (the previous batch held more than one
   item or a backlog was waiting); a lone request is dispatched at once, so batching costs idle
   traffic no latency.
+- CPU thread budget (`threads` > 0 with `set_threads`): up to `workers` worker threads share
+  `threads` intra-op threads. A batch taken while nothing else runs or waits gets every thread
+  (a lone request is as fast as with one worker); under load each batch gets its share, so the
+  workers run side by side on one thread each instead of one batch stalling every core on each
+  op's barrier. A worker whose share is not free waits: the budget is never oversubscribed.
 """
 
 from __future__ import annotations
@@ -67,9 +72,16 @@ class BatchQueue(Generic[I, R]):
         *,
         on_timing: TimingCallback | None = None,
         on_batch: BatchCallback | None = None,
+        workers: int = 1,
+        threads: int = 0,
+        set_threads: Callable[[int], None] | None = None,
     ) -> None:
         if settings.max_batch_size < 1 or settings.max_queue < 1:
             raise ValueError("max_batch_size and max_queue must be >= 1")
+        if workers < 1 or threads < 0:
+            raise ValueError("workers must be >= 1 and threads >= 0")
+        if workers > 1 and (threads < workers or set_threads is None):
+            raise ValueError("several workers need a thread budget of at least one per worker")
         self.name = name
         self.settings = settings
         self._process = process
@@ -79,23 +91,31 @@ class BatchQueue(Generic[I, R]):
         self._cond = threading.Condition()
         self._stopping = False
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
+        self._threads: list[threading.Thread] = []
         self._busy = False  # whether the last batch showed concurrent demand
+        self.workers = workers
+        self._budget = threads if set_threads is not None else 0
+        self._set_threads = set_threads
+        self._free = self._budget  # intra-op threads not held by a running batch
+        self._running = 0  # batches being collected or run
+        self._collecting = False  # a worker is waiting for its batch to fill
 
     async def start(self) -> None:
-        """Start the worker thread, bound to the running event loop."""
-        if self._thread is not None:
+        """Start the worker threads, bound to the running event loop."""
+        if self._threads:
             return
         self._loop = asyncio.get_running_loop()
         self._stopping = False
-        self._thread = threading.Thread(
-            target=self._run, name=f"classifier-{self.name}", daemon=True
-        )
-        self._thread.start()
+        self._threads = [
+            threading.Thread(target=self._run, name=f"classifier-{self.name}-{k}", daemon=True)
+            for k in range(self.workers)
+        ]
+        for thread in self._threads:
+            thread.start()
 
     async def close(self) -> None:
-        """Stop the worker, fail whatever is still queued, and join the thread (bounded)."""
-        thread = self._thread
+        """Stop the workers, fail whatever is still queued, and join the threads (bounded)."""
+        threads, self._threads = self._threads, []
         with self._cond:
             self._stopping = True
             leftover = list(self._pending)
@@ -103,13 +123,13 @@ class BatchQueue(Generic[I, R]):
             self._cond.notify_all()
         for entry in leftover:
             _fail(entry.future, ClassifierError(f"{self.name}: classifier shutting down"))
-        if thread is not None:
-            await asyncio.to_thread(thread.join, _JOIN_TIMEOUT_S)
+        deadline = time.monotonic() + _JOIN_TIMEOUT_S
+        for thread in threads:
+            await asyncio.to_thread(thread.join, max(0.0, deadline - time.monotonic()))
             if thread.is_alive():
                 _log.warning(
-                    "classifier worker %s did not stop within %ss", self.name, _JOIN_TIMEOUT_S
+                    "classifier worker %s did not stop within %ss", thread.name, _JOIN_TIMEOUT_S
                 )
-        self._thread = None
 
     def depth(self) -> int:
         """Items waiting (not yet picked by the worker)."""
@@ -119,7 +139,7 @@ class BatchQueue(Generic[I, R]):
         """Enqueue `item` and await its result; raises Overloaded / ClassifierTimeout /
         ClassifierError. `timeout_s` defaults to the settings' `timeout_ms`."""
         loop = self._loop
-        if loop is None or self._thread is None:
+        if loop is None or not self._threads:
             raise ClassifierError(f"{self.name}: batching queue not started")
         future: asyncio.Future[R] = loop.create_future()
         with self._cond:
@@ -130,7 +150,7 @@ class BatchQueue(Generic[I, R]):
                     f"{self.name}: queue full ({self.settings.max_queue} waiting requests)"
                 )
             self._pending.append(_Entry(item, future))
-            self._cond.notify()
+            self._cond.notify_all()
         limit = self.settings.timeout_ms / 1000.0 if timeout_s is None else timeout_s
         try:
             return await asyncio.wait_for(future, limit)
@@ -139,33 +159,68 @@ class BatchQueue(Generic[I, R]):
             # started, and a late result for a started one is dropped by _resolve.
             raise ClassifierTimeout(f"{self.name}: no result within {limit * 1000:.0f} ms") from err
 
-    def _take_batch(self) -> list[_Entry[I, R]] | None:
-        """Block until a batch is ready (or shutdown: None). Called on the worker thread."""
+    def _take_batch(self) -> tuple[list[_Entry[I, R]], int] | None:
+        """Block until a batch is ready (or shutdown: None): the batch and the intra-op threads
+        it holds (0 without a budget), released by `_release`. One worker collects at a time.
+        Called on a worker thread."""
         size = self.settings.max_batch_size
         with self._cond:
-            while not self._pending and not self._stopping:
+            while not self._stopping and (
+                not self._pending or self._collecting or (self._budget and self._free < 1)
+            ):
                 self._cond.wait()
             if self._stopping:
                 return None
+            held = 1 if self._budget else 0
+            self._free -= held
+            self._running += 1
             busy = self._busy or len(self._pending) > 1
             if busy and len(self._pending) < size:
+                self._collecting = True
                 deadline = self._pending[0].enqueued + self.settings.max_wait_ms / 1000.0
                 remaining = deadline - time.perf_counter()
                 while remaining > 0 and len(self._pending) < size and not self._stopping:
                     self._cond.wait(remaining)
                     remaining = deadline - time.perf_counter()
+                self._collecting = False
             count = min(size, len(self._pending))
             batch = [self._pending.popleft() for _ in range(count)]
             self._busy = count > 1 or bool(self._pending)
-        return [entry for entry in batch if not entry.future.cancelled()]
+            held += self._extra_threads(held)
+            if self._pending:
+                self._cond.notify_all()  # the rest is another worker's next batch
+        return [entry for entry in batch if not entry.future.cancelled()], held
+
+    def _extra_threads(self, held: int) -> int:
+        """Threads added to a batch's one (lock held): every free one when this batch is alone
+        (no other running, nothing waiting), else up to an equal share of the budget."""
+        if not self._budget:
+            return 0
+        alone = self._running == 1 and not self._pending
+        share = self._free + held if alone else max(1, self._budget // self.workers)
+        extra = max(0, min(self._free, share - held))
+        self._free -= extra
+        return extra
+
+    def _release(self, held: int) -> None:
+        with self._cond:
+            self._free += held
+            self._running -= 1
+            self._cond.notify_all()
 
     def _run(self) -> None:
         while True:
-            batch = self._take_batch()
-            if batch is None:
+            taken = self._take_batch()
+            if taken is None:
                 return
-            if batch:
-                self._run_batch(batch)
+            batch, held = taken
+            try:
+                if batch:
+                    if self._set_threads is not None and held:
+                        self._set_threads(held)
+                    self._run_batch(batch)
+            finally:
+                self._release(held)
 
     def _run_batch(self, batch: list[_Entry[I, R]]) -> None:
         picked = time.perf_counter()

@@ -17,7 +17,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
-from typing import ParamSpec
+from typing import Any, ParamSpec
 
 import torch
 
@@ -30,7 +30,7 @@ from classifiers.api import (
     LearnedSignalSpec,
     SignalScore,
 )
-from classifiers.batching import BatchCallback, BatchQueue, TimingCallback
+from classifiers.batching import BatchCallback, BatchQueue, StageReporter, TimingCallback
 from classifiers.device import default_dtype, dtype_name, resolve_device
 from classifiers.encoder import BUNDLED_ADAPTER, Encoder, bundled_student_dir
 from classifiers.heads import load_head, read_head_config
@@ -45,6 +45,7 @@ from classifiers.runners import (
     TruncatedCallback,
 )
 from classifiers.signals import DomainSignal, EmbeddingSignal, JailbreakSignal, SharedSignal
+from classifiers.threads import queue_threads
 
 P = ParamSpec("P")
 ENCODER_QUEUE = "encoder"  # `classifier` label of the shared encoder queue's timings/batches
@@ -204,8 +205,9 @@ class SignalEngine:
             runner, shared_bindings = _build_shared(
                 settings, shared_specs, truncated_cb, log, _safe(on_long, log)
             )
-            encoder_queue = BatchQueue(
-                ENCODER_QUEUE, runner, settings.batching, on_timing=on_timing, on_batch=on_batch
+            encoder_queue = _queue(
+                ENCODER_QUEUE, runner, settings, shared_bindings[0].device, log,
+                on_timing=on_timing, on_batch=on_batch,
             )
             bindings.extend(shared_bindings)
         model_queues: dict[str, ModelQueue] = {}
@@ -213,8 +215,9 @@ class SignalEngine:
             if spec.kind in SHARED_ENCODER_KINDS:
                 continue
             model_runner, binding = _build_model(settings, spec, truncated_cb)
-            model_queues[spec.name] = BatchQueue(
-                spec.name, model_runner, settings.batching, on_timing=on_timing, on_batch=on_batch
+            model_queues[spec.name] = _queue(
+                spec.name, model_runner, settings, binding.device, log,
+                on_timing=on_timing, on_batch=on_batch,
             )
             bindings.append(binding)
         for binding in bindings:
@@ -280,6 +283,27 @@ class SignalEngine:
                 raise first
             raise ClassifierError(f"classifier failed: {type(first).__name__}: {first}") from first
         return merged
+
+
+def _queue(
+    name: str,
+    runner: Callable[[list[Any], StageReporter], Sequence[Any]],
+    settings: ClassifierSettings,
+    device: str,
+    log: logging.Logger,
+    *,
+    on_timing: TimingCallback | None,
+    on_batch: BatchCallback | None,
+) -> BatchQueue[Any, Any]:
+    """One batching queue with its workers and CPU thread budget (see `classifiers.threads`)."""
+    plan = queue_threads(device, settings.batching.workers)
+    fields = {"event": "classifier_queue_ready", "queue": name, "device": device,
+              "workers": plan.workers, "threads": plan.threads}
+    log.info(json.dumps(fields), extra=fields)
+    return BatchQueue(
+        name, runner, settings.batching, workers=plan.workers, threads=plan.threads,
+        set_threads=plan.set_threads, on_timing=on_timing, on_batch=on_batch,
+    )
 
 
 async def _as_dict(name: str, score: Awaitable[SignalScore]) -> dict[str, SignalScore]:

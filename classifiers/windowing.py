@@ -5,11 +5,14 @@ Constraints: a text longer than the model window becomes at most `max_windows` w
 bound are dropped and reported (`truncated`), never silently. Before tokenizing, a text is cut at a
 character budget far above what `max_windows` windows can hold, so a 1 MiB prompt cannot stall the
 worker thread in the tokenizer; such a cut also marks the text truncated. Needs a fast
-(Rust-backed) tokenizer, which provides `return_overflowing_tokens`.
+(Rust-backed) tokenizer, which provides `return_overflowing_tokens`. A fast tokenizer sets its
+truncation state on each call, so calls on one tokenizer from several queue workers take turns.
 """
 
 from __future__ import annotations
 
+import threading
+import weakref
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -19,6 +22,10 @@ from transformers import PreTrainedTokenizerBase
 # English averages ~4 characters per token; 32 leaves room for URLs, code and unusual scripts
 # while still bounding tokenizer work on hostile input.
 CHARS_PER_TOKEN_BUDGET = 32
+
+_TOKENIZER_LOCKS: weakref.WeakKeyDictionary[PreTrainedTokenizerBase, threading.Lock] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 @dataclass(frozen=True)
@@ -73,13 +80,14 @@ def split_windows(
     stride = default_overlap(max_length) if overlap is None else overlap
     char_budget = max_windows * max_length * CHARS_PER_TOKEN_BUDGET
     clipped = [text[:char_budget] for text in texts]
-    encoded = tokenizer(
-        clipped,
-        truncation=True,
-        max_length=max_length,
-        stride=stride,
-        return_overflowing_tokens=True,
-    )
+    with _TOKENIZER_LOCKS.setdefault(tokenizer, threading.Lock()):
+        encoded = tokenizer(
+            clipped,
+            truncation=True,
+            max_length=max_length,
+            stride=stride,
+            return_overflowing_tokens=True,
+        )
     mapping: list[int] = list(encoded["overflow_to_sample_mapping"])
     ids: list[list[int]] = encoded["input_ids"]
     seen = [0] * len(texts)

@@ -40,7 +40,10 @@ def classifier_settings(config: RouterConfig) -> ClassifierSettings:
         max_length=source.max_length,
         max_windows=source.max_windows,
         quantize_int8=source.quantize_int8,
-        batching=BatchingSettings(**source.batching.model_dump()),
+        batching=BatchingSettings(**{
+            **source.batching.model_dump(),
+            "workers": 0 if source.batching.workers == "auto" else source.batching.workers,
+        }),
         long_prompts=(
             None if source.long_prompts is None
             else LongPromptSettings(**source.long_prompts.model_dump())

@@ -93,6 +93,14 @@ def test_long_prompts_reach_the_classifier_settings() -> None:
     )
 
 
+def test_batching_workers_reach_the_classifier_settings() -> None:
+    from extproc.classifier_binding import classifier_settings
+
+    assert classifier_settings(load_config_text(MINIMAL)).batching.workers == 0  # auto
+    text = MINIMAL + "classifiers: {batching: {workers: 3}}\n"
+    assert classifier_settings(load_config_text(text)).batching.workers == 3
+
+
 def test_explicit_model_resolves_by_name_or_unique_provider_id() -> None:
     config = load_config_text(MINIMAL)
     assert config.resolve_explicit("coder") is config.models["coder"]
@@ -239,6 +247,17 @@ INVALID = [
         MINIMAL + "classifiers: {long_prompts: {escalate_at: 1.5}}\n",
         "classifiers.long_prompts.escalate_at: Input should be less than or equal to 1",
         id="long-prompts-escalate-above-one",
+    ),
+    pytest.param(
+        MINIMAL + "classifiers: {batching: {workers: 0}}\n",
+        "classifiers.batching.workers: Value error, expected auto or a count in [1, 64], got 0",
+        id="batching-workers-zero",
+    ),
+    pytest.param(
+        MINIMAL + "classifiers: {batching: {workers: many}}\n",
+        "classifiers.batching.workers: Value error, expected auto or a count in [1, 64], got "
+        "'many'",
+        id="batching-workers-not-a-count",
     ),
     pytest.param(
         "providers: [unclosed\n", "invalid YAML: while parsing a flow sequence", id="bad-yaml"

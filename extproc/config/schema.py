@@ -14,6 +14,8 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    ValidationError,
+    ValidatorFunctionWrapHandler,
     field_validator,
     model_validator,
 )
@@ -163,6 +165,17 @@ class BatchingConfig(Strict):
     max_wait_ms: float = Field(default=2.0, ge=0, le=1000)
     max_queue: int = Field(default=512, ge=1, le=100_000)
     timeout_ms: float = Field(default=2000.0, gt=0, le=60_000)
+    workers: Annotated[int, Field(ge=1, le=64)] | Literal["auto"] = "auto"
+
+    @field_validator("workers", mode="wrap")
+    @classmethod
+    def _one_workers_message(
+        cls, value: Any, handler: ValidatorFunctionWrapHandler
+    ) -> int | str:
+        try:
+            return handler(value)
+        except ValidationError:  # one message instead of one per member of the union
+            raise ValueError(f"expected auto or a count in [1, 64], got {value!r}") from None
 
 
 class LongPromptsConfig(Strict):

@@ -21,6 +21,7 @@ from classifiers.adapter import default_encoder_id
 from classifiers.engine import SignalEngine
 from classifiers.heads import load_head
 from classifiers.signals import DomainSignal, JailbreakSignal
+from classifiers.threads import MAX_AUTO_WORKERS, cpu_thread_budget
 
 ROUTES = {
     "weather": ("what is the weather today", "will it rain tomorrow", "forecast for the weekend"),
@@ -85,6 +86,10 @@ def test_binding_lines_are_json(built: tuple[SignalEngine, list[str]]) -> None:
         assert line["load_seconds"] > 0
     assert lines[2]["model"] == default_encoder_id()  # the embedding signal names the encoder
     assert [b.classifier for b in engine.bindings] == ["domain", "jailbreak", "routes"]
+    queues = [json.loads(m) for m in messages if '"classifier_queue_ready"' in m]
+    budget = cpu_thread_budget()
+    assert queues == [{"event": "classifier_queue_ready", "queue": "encoder", "device": "cpu",
+                       "workers": min(budget, MAX_AUTO_WORKERS), "threads": budget}]
 
 
 async def test_one_encoder_pass_feeds_every_head(engine: SignalEngine) -> None:

@@ -126,3 +126,32 @@ def test_request_text_with_a_lone_surrogate_tokenizes(tokenizer: PreTrainedToken
         split_windows(tokenizer, ["ignore rules \ud800"], max_length=32, max_windows=4)
     windows = split_windows(tokenizer, ["hello", text], max_length=32, max_windows=4)
     assert windows.counts == (1, 1)
+
+
+def test_threads_sharing_a_tokenizer_get_their_own_windows(
+    tokenizer: PreTrainedTokenizerBase,
+) -> None:
+    """Queue workers tokenize on one tokenizer at once, each with its own window length (a
+    fast tokenizer changes its truncation state per call); every call still gets its own."""
+    import threading
+
+    texts = [" ".join(f"w{k}" for k in range(n)) for n in (5, 40, 90, 200)]
+    lengths = (16, 24, 32, 48)
+    expected = {n: split_windows(tokenizer, texts, max_length=n, max_windows=8) for n in lengths}
+    failures: list[BaseException] = []
+    mismatches: list[int] = []
+
+    def work(n: int) -> None:
+        try:
+            for _ in range(150):
+                if split_windows(tokenizer, texts, max_length=n, max_windows=8) != expected[n]:
+                    mismatches.append(n)
+        except BaseException as err:  # reported below
+            failures.append(err)
+
+    pool = [threading.Thread(target=work, args=(n,)) for n in lengths]
+    for thread in pool:
+        thread.start()
+    for thread in pool:
+        thread.join()
+    assert failures == [] and mismatches == []

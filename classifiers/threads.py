@@ -1,0 +1,48 @@
+"""How many workers a batching queue runs, and the intra-op threads they share (CPU only).
+
+Constraints: torch's intra-op thread count is a per-OS-thread setting (OpenMP and MKL keep it
+per thread), so each queue worker sets its own before each batch (`BatchQueue`'s `set_threads`).
+The process's budget is read once, before any worker lowers its own: torch also keeps the last
+value set as the default that threads started later begin with. On CUDA a queue has one worker
+and never touches the CPU thread settings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+# More workers than this gains little on CPU (each batch gets fewer texts to amortise its
+# per-op overhead) and costs a forward pass's activations per worker.
+MAX_AUTO_WORKERS = 4
+
+_budget: int | None = None
+
+
+def cpu_thread_budget() -> int:
+    """The process's intra-op thread count as it was before any queue worker changed it."""
+    global _budget
+    if _budget is None:
+        _budget = max(1, torch.get_num_threads())
+    return _budget
+
+
+@dataclass(frozen=True)
+class QueueThreads:
+    """`BatchQueue`'s `workers`, `threads` and `set_threads` for one queue."""
+
+    workers: int
+    threads: int
+    set_threads: Callable[[int], None] | None
+
+
+def queue_threads(device: str, workers: int) -> QueueThreads:
+    """Workers and thread budget of a queue on `device`; `workers` 0 = auto (one per thread of
+    the budget, at most `MAX_AUTO_WORKERS`). A count above the budget is capped to it."""
+    if torch.device(device).type != "cpu":
+        return QueueThreads(1, 0, None)
+    budget = cpu_thread_budget()
+    chosen = min(budget, MAX_AUTO_WORKERS) if workers == 0 else min(workers, budget)
+    return QueueThreads(chosen, budget, torch.set_num_threads)

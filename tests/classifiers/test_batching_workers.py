@@ -1,0 +1,150 @@
+"""Several workers on one queue sharing a CPU thread budget: a lone batch gets every thread,
+batches under load run side by side on one share each, the budget is never oversubscribed."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Sequence
+
+import pytest
+
+from classifiers import BatchingSettings
+from classifiers.batching import BatchQueue, StageReporter
+
+
+class Recorder:
+    """A batch function that records the threads each batch was given and how many threads
+    were held by batches running at the same moment."""
+
+    def __init__(self, delay: float) -> None:
+        self.delay = delay
+        self.local = threading.local()
+        self.lock = threading.Lock()
+        self.in_use = 0
+        self.peak_in_use = 0
+        self.running = 0
+        self.peak_running = 0
+        self.given: list[tuple[int, int]] = []  # (batch size, threads)
+        self.workers: set[str] = set()
+
+    def set_threads(self, n: int) -> None:
+        self.local.threads = n
+
+    def __call__(self, items: list[int], report: StageReporter) -> Sequence[int]:
+        threads = getattr(self.local, "threads", 0)
+        with self.lock:
+            self.in_use += threads
+            self.running += 1
+            self.peak_in_use = max(self.peak_in_use, self.in_use)
+            self.peak_running = max(self.peak_running, self.running)
+            self.given.append((len(items), threads))
+            self.workers.add(threading.current_thread().name)
+        time.sleep(self.delay)
+        with self.lock:
+            self.in_use -= threads
+            self.running -= 1
+        return [x + 1 for x in items]
+
+
+def queue_of(recorder: Recorder, workers: int = 2, threads: int = 2,
+             **settings: float) -> BatchQueue[int, int]:
+    return BatchQueue(
+        "test", recorder, BatchingSettings(**settings),  # type: ignore[arg-type]
+        workers=workers, threads=threads, set_threads=recorder.set_threads,
+    )
+
+
+async def test_lone_requests_get_every_thread() -> None:
+    recorder = Recorder(0.001)
+    queue = queue_of(recorder, workers=2, threads=2)
+    await queue.start()
+    try:
+        for x in range(5):
+            assert await queue.submit(x) == x + 1
+    finally:
+        await queue.close()
+    assert recorder.given == [(1, 2)] * 5
+
+
+async def test_under_load_batches_run_side_by_side_within_the_budget() -> None:
+    recorder = Recorder(0.02)
+    queue = queue_of(recorder, workers=2, threads=2, max_batch_size=4, max_wait_ms=1.0)
+    await queue.start()
+    try:
+        values = list(range(64))
+        results = await asyncio.gather(*(queue.submit(x) for x in values))
+    finally:
+        await queue.close()
+    assert results == [x + 1 for x in values]
+    assert sum(size for size, _ in recorder.given) == 64
+    assert recorder.peak_running == 2  # two batches at once ...
+    assert recorder.peak_in_use <= 2  # ... never more threads than the budget
+    assert len(recorder.workers) == 2
+    assert (4, 1) in recorder.given  # a full batch under load got one share
+
+
+async def test_a_full_thread_batch_holds_back_the_other_worker() -> None:
+    """While a lone batch runs on every thread, a new request waits for it rather than
+    oversubscribing the cores; it then runs at once."""
+    recorder = Recorder(0.05)
+    queue = queue_of(recorder, workers=2, threads=2)
+    await queue.start()
+    try:
+        first = asyncio.ensure_future(queue.submit(1))
+        await asyncio.sleep(0.01)  # the first batch is running with both threads
+        second = await queue.submit(2)
+        assert await first == 2 and second == 3
+    finally:
+        await queue.close()
+    assert recorder.given[0] == (1, 2)
+    assert recorder.peak_in_use <= 2 and recorder.peak_running == 1
+
+
+async def test_four_workers_share_eight_threads_two_each() -> None:
+    recorder = Recorder(0.02)
+    queue = queue_of(recorder, workers=4, threads=8, max_batch_size=2, max_wait_ms=1.0)
+    await queue.start()
+    try:
+        results = await asyncio.gather(*(queue.submit(x) for x in range(40)))
+    finally:
+        await queue.close()
+    assert results == [x + 1 for x in range(40)]
+    assert recorder.peak_in_use <= 8
+    assert recorder.peak_running >= 3
+    assert {threads for _, threads in recorder.given} <= {2, 8}
+
+
+async def test_without_a_budget_one_worker_never_sets_threads() -> None:
+    recorder = Recorder(0.0)
+    queue: BatchQueue[int, int] = BatchQueue("test", recorder, BatchingSettings())
+    await queue.start()
+    try:
+        assert await queue.submit(1) == 2
+    finally:
+        await queue.close()
+    assert recorder.given == [(1, 0)]
+
+
+async def test_close_stops_every_worker() -> None:
+    recorder = Recorder(0.0)
+    queue = queue_of(recorder, workers=2, threads=2)
+    await queue.start()
+    names = {t.name for t in threading.enumerate() if t.name.startswith("classifier-test-")}
+    assert names == {"classifier-test-0", "classifier-test-1"}
+    await queue.close()
+    alive = [t for t in threading.enumerate() if t.name.startswith("classifier-test-")]
+    assert alive == []
+
+
+@pytest.mark.parametrize(("workers", "threads", "with_setter"), [
+    (0, 2, True), (2, 1, True), (2, 2, False), (1, -1, True),
+])
+def test_inconsistent_worker_settings_are_refused(
+    workers: int, threads: int, with_setter: bool
+) -> None:
+    recorder = Recorder(0.0)
+    with pytest.raises(ValueError):
+        BatchQueue("test", recorder, BatchingSettings(), workers=workers, threads=threads,
+                   set_threads=recorder.set_threads if with_setter else None)
