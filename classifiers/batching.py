@@ -25,7 +25,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from classifiers.api import BatchingSettings, ClassifierError, ClassifierTimeout, Overloaded
 
@@ -55,6 +55,14 @@ def _resolve(future: asyncio.Future[R], result: R) -> None:
 def _fail(future: asyncio.Future[R], error: BaseException) -> None:
     if not future.done():
         future.set_exception(error)
+
+
+def _settle_all(
+    action: Callable[[asyncio.Future[R], Any], None],
+    outcomes: list[tuple[asyncio.Future[R], Any]],
+) -> None:
+    for future, value in outcomes:
+        action(future, value)
 
 
 class BatchQueue(Generic[I, R]):
@@ -245,23 +253,23 @@ class BatchQueue(Generic[I, R]):
             )
             if error is not err:
                 error.__cause__ = err
-            for entry in batch:
-                self._deliver(_fail, entry.future, error)
+            self._deliver(_fail, [(entry.future, error) for entry in batch])
             return
-        for entry, result in zip(batch, results, strict=True):
-            self._deliver(_resolve, entry.future, result)
+        self._deliver(
+            _resolve, [(entry.future, result) for entry, result in zip(batch, results, strict=True)]
+        )
 
     def _deliver(
         self,
-        action: Callable[..., None],
-        future: asyncio.Future[R],
-        value: object,
+        action: Callable[[asyncio.Future[R], Any], None],
+        outcomes: list[tuple[asyncio.Future[R], Any]],
     ) -> None:
+        """Hand a whole batch's outcomes to the event loop in one wake-up."""
         loop = self._loop
         if loop is None or loop.is_closed():
             return
         try:
-            loop.call_soon_threadsafe(action, future, value)
+            loop.call_soon_threadsafe(_settle_all, action, outcomes)
         except RuntimeError:  # loop closed between the check and the call: nobody is waiting
             _log.debug("classifier %s: event loop closed before delivery", self.name)
 
