@@ -51,18 +51,21 @@ class RawEncoder:
         )
         self.device = bindings[0].device
         self._plan = queue_threads(self.device, settings.batching.workers)
+        self._side = queue_threads(self.device, 0)  # auto's layout, measured in any case
         names = frozenset(s.name for s in specs)
         self._requests = [EncoderRequest(text, names) for text in texts]
 
     def throughput(self, batch: int, seconds: float) -> tuple[float, float | None]:
-        """Texts/s at ``batch`` texts per call in the two ways the router's queue runs
-        batches: one call at a time on every thread (a lone batch), and its workers side by
-        side on one share of the threads each (under load; None with one worker)."""
+        """Texts/s at ``batch`` texts per call in the two ways a CPU queue runs batches
+        (`classifiers.threads`): one call at a time on every thread (a lone batch, and every
+        batch with `workers: 1`), and auto's workers side by side on one share of the threads
+        each (under load; None where the budget has one thread or the device is a GPU). Both
+        are measured whatever the router's setting, so the better one is the encoder's best."""
         alone = self._calls(batch, seconds / 2, 1, self._plan.threads)
-        if self._plan.workers < 2:
+        if self._side.workers < 2:
             return alone, None
-        share = max(1, self._plan.threads // self._plan.workers)
-        return alone, self._calls(batch, seconds / 2, self._plan.workers, share)
+        share = max(1, self._side.threads // self._side.workers)
+        return alone, self._calls(batch, seconds / 2, self._side.workers, share)
 
     def _calls(self, batch: int, seconds: float, workers: int, threads: int) -> float:
         """Texts/s of ``workers`` threads each calling the runner on ``batch`` texts with

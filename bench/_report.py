@@ -42,7 +42,7 @@ class Cell:
 @dataclass(frozen=True)
 class RawFigures:
     """The raw encoder in-process at the router's batch size: texts/s of one call at a time
-    on every thread, and of the queue's workers side by side (None with one worker)."""
+    on every thread, and of auto's workers side by side (None where it has one)."""
 
     batch: int
     one_call: float
