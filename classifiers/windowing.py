@@ -28,6 +28,14 @@ _TOKENIZER_LOCKS: weakref.WeakKeyDictionary[PreTrainedTokenizerBase, threading.L
 )
 
 
+def _tokenizer_lock(tokenizer: PreTrainedTokenizerBase) -> threading.Lock:
+    """The tokenizer's lock: a lookup, made once per tokenizer (setdefault keeps one winner)."""
+    lock = _TOKENIZER_LOCKS.get(tokenizer)
+    if lock is None:
+        lock = _TOKENIZER_LOCKS.setdefault(tokenizer, threading.Lock())
+    return lock
+
+
 @dataclass(frozen=True)
 class Windows:
     """Token windows of a batch of texts.
@@ -80,7 +88,7 @@ def split_windows(
     stride = default_overlap(max_length) if overlap is None else overlap
     char_budget = max_windows * max_length * CHARS_PER_TOKEN_BUDGET
     clipped = [text[:char_budget] for text in texts]
-    with _TOKENIZER_LOCKS.setdefault(tokenizer, threading.Lock()):
+    with _tokenizer_lock(tokenizer):
         encoded = tokenizer(
             clipped,
             truncation=True,
