@@ -13,7 +13,9 @@ Constraints:
   `threads` intra-op threads. A batch taken while nothing else runs or waits gets every thread
   (a lone request is as fast as with one worker); under load each batch gets its share, so the
   workers run side by side on one thread each instead of one batch stalling every core on each
-  op's barrier. A worker whose share is not free waits: the budget is never oversubscribed.
+  op's barrier. Ready items are split between the idle workers, so a burst never runs as one
+  every-thread batch while the others wait. A worker whose share is not free waits: the budget
+  is never oversubscribed.
 """
 
 from __future__ import annotations
@@ -191,13 +193,25 @@ class BatchQueue(Generic[I, R]):
                     self._cond.wait(remaining)
                     remaining = deadline - time.perf_counter()
                 self._collecting = False
-            count = min(size, len(self._pending))
+            count = self._portion(min(size, len(self._pending)))
             batch = [self._pending.popleft() for _ in range(count)]
             self._busy = count > 1 or bool(self._pending)
             held += self._extra_threads(held)
             if self._pending:
                 self._cond.notify_all()  # the rest is another worker's next batch
         return [entry for entry in batch if not entry.future.cancelled()], held
+
+    def _portion(self, count: int) -> int:
+        """How many of ``count`` ready items this worker takes (lock held): an equal part when
+        idle workers with a free share can take the rest side by side, else all of them. Split
+        this way, a burst runs on one share per worker at once instead of on every thread in
+        one call while the other worker waits for those threads."""
+        if not self._budget or count < 2:
+            return count
+        share = max(1, self._budget // self.workers)
+        helpers = min(self.workers - self._running, self._free // share)
+        parts = min(count, 1 + max(0, helpers))
+        return -(-count // parts)
 
     def _extra_threads(self, held: int) -> int:
         """Threads added to a batch's one (lock held): every free one when this batch is alone

@@ -148,3 +148,61 @@ def test_inconsistent_worker_settings_are_refused(
     with pytest.raises(ValueError):
         BatchQueue("test", recorder, BatchingSettings(), workers=workers, threads=threads,
                    set_threads=recorder.set_threads if with_setter else None)
+
+
+async def test_a_burst_is_split_between_idle_workers() -> None:
+    """Eight requests arriving together while both workers are idle run as two batches of
+    four side by side on one thread each, not one batch of eight on both threads while the
+    other worker waits for them."""
+    recorder = Recorder(0.05)
+    queue = queue_of(recorder, workers=2, threads=2, max_wait_ms=5.0)
+    await queue.start()
+    try:
+        results = await asyncio.gather(*(queue.submit(x) for x in range(8)))
+    finally:
+        await queue.close()
+    assert results == [x + 1 for x in range(8)]
+    assert sorted(recorder.given) == [(4, 1), (4, 1)]
+    assert recorder.peak_running == 2 and recorder.peak_in_use == 2
+
+
+class SlowForLarge(Recorder):
+    """A batch holding an item >= 100 runs six times longer."""
+
+    def __call__(self, items: list[int], report: StageReporter) -> Sequence[int]:
+        self.delay = 0.3 if max(items) >= 100 else 0.05
+        return super().__call__(items, report)
+
+
+async def test_a_burst_goes_whole_to_the_one_idle_worker() -> None:
+    """With the other worker busy, the idle one takes the whole burst on its one share, and
+    after a lone batch the waiting ones are split again."""
+    recorder = SlowForLarge(0.0)
+    queue = queue_of(recorder, workers=2, threads=2, max_wait_ms=5.0)
+    await queue.start()
+    try:
+        pair = asyncio.gather(queue.submit(0), queue.submit(100))
+        await asyncio.sleep(0.02)  # [0] and [100] run side by side
+        burst = await asyncio.gather(*(queue.submit(x) for x in range(1, 7)))
+        assert await pair == [1, 101] and burst == [x + 1 for x in range(1, 7)]
+    finally:
+        await queue.close()
+    assert sorted(recorder.given[:2]) == [(1, 1), (1, 1)]
+    assert recorder.given[2:] == [(6, 1)]  # [100] was still running: no second share free
+    assert recorder.peak_in_use <= 2
+
+
+async def test_after_a_lone_batch_the_waiting_ones_are_split() -> None:
+    recorder = Recorder(0.05)
+    queue = queue_of(recorder, workers=2, threads=2, max_wait_ms=5.0)
+    await queue.start()
+    try:
+        first = asyncio.ensure_future(queue.submit(0))
+        await asyncio.sleep(0.01)  # a lone batch holds both threads
+        rest = await asyncio.gather(*(queue.submit(x) for x in range(1, 7)))
+        assert await first == 1 and rest == [x + 1 for x in range(1, 7)]
+    finally:
+        await queue.close()
+    assert recorder.given[0] == (1, 2)
+    assert sorted(recorder.given[1:]) == [(3, 1), (3, 1)]
+    assert recorder.peak_in_use <= 2
