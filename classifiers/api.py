@@ -55,6 +55,8 @@ class ClassifierSettings:
     `max_length`: tokens per window.
     `quantize_int8`: dynamic int8 Linear layers, CPU only (ignored on CUDA); off by default because
     it loses accuracy (embedding cosine vs fp32 ~0.92) and only helps at larger CPU batches.
+    `trace`: which shared encoders run as checked TorchScript traces (`classifiers.tracing`):
+    `cpu` (those on CPU, the student included), `always` (CUDA too) or `never`.
     """
 
     device: str = "auto"
@@ -63,8 +65,13 @@ class ClassifierSettings:
     max_length: int = 256
     max_windows: int = 8
     quantize_int8: bool = False
+    trace: str = "cpu"
     batching: BatchingSettings = field(default_factory=BatchingSettings)
     long_prompts: LongPromptSettings | None = None
+
+    def traces(self, device_type: str) -> bool:
+        """Whether a shared encoder on a `device_type` (`cpu`, `cuda`) device runs as a trace."""
+        return self.trace == "always" or (self.trace == "cpu" and device_type == "cpu")
 
 
 @dataclass(frozen=True)
@@ -112,6 +119,7 @@ class Binding:
     device: str
     dtype: str
     load_seconds: float
+    execution: str = "eager"  # shared encoders: `traced` when a checked TorchScript trace runs
 
 
 class ClassifierError(Exception):

@@ -23,6 +23,7 @@ from classifiers.adapter import (
     merge_adapter,
 )
 from classifiers.device import default_dtype, quantize_int8, resolve_device
+from classifiers.tracing import HiddenStates, trace_encoder
 
 BUNDLED_MODEL_ID = BASE_ENCODER_ID
 BUNDLED_ADAPTER = "bundled"  # `adapter` value: the LoRA adapter shipped in classifiers/models
@@ -69,6 +70,13 @@ class Encoder:
     device: torch.device
     dtype: torch.dtype
     model_id: str
+    traced: HiddenStates | None = None  # the checked TorchScript trace `forward` runs, if any
+    trace_skipped: str = ""  # why a requested trace is not used ("" = used or not requested)
+
+    @property
+    def execution(self) -> str:
+        """How `forward` runs the transformer: `traced` (TorchScript) or `eager`."""
+        return "eager" if self.traced is None else "traced"
 
     @classmethod
     def load(
@@ -80,6 +88,7 @@ class Encoder:
         *,
         quantize: bool = False,
         adapter: str | None = BUNDLED_ADAPTER,
+        trace: bool = False,
     ) -> Encoder:
         """Load the encoder. `path=None` is the bundled all-MiniLM-L6-v2.
 
@@ -88,6 +97,9 @@ class Encoder:
         quantization to the Linear layers (CPU only). `adapter`: see `adapter_dir`; it is
         merged into the weights once, before any dtype change or quantization, and named in
         `model_id` (`<encoder>+<adapter name>`), which heads record and the engine checks.
+        `trace`: run `forward` on a TorchScript trace checked against the eager model
+        (`classifiers.tracing`); when the check fails the eager model runs and `trace_skipped`
+        says why.
         """
         source = str(bundled_encoder_dir()) if path is None else path
         model_id = BUNDLED_MODEL_ID if path is None else path
@@ -107,6 +119,8 @@ class Encoder:
             model = quantize_int8(model)
         model.to(torch_device)
         window = min(max_length, int(getattr(tokenizer, "model_max_length", max_length)))
+        traced = (trace_encoder(model, tokenizer, torch_device, window, chosen_dtype)
+                  if trace else None)
         return cls(
             tokenizer=tokenizer,
             model=model,
@@ -115,6 +129,8 @@ class Encoder:
             device=torch_device,
             dtype=chosen_dtype,
             model_id=model_id,
+            traced=None if traced is None else traced.forward,
+            trace_skipped="" if traced is None else traced.reason,
         )
 
     def tokenize(self, texts: Sequence[str]) -> BatchEncoding:
@@ -135,7 +151,10 @@ class Encoder:
                 for key in ("input_ids", "attention_mask", "token_type_ids")
                 if key in encoding
             }
-            hidden = self.model(**inputs).last_hidden_state.float()
+            if self.traced is not None:
+                hidden = self.traced(inputs).float()
+            else:
+                hidden = self.model(**inputs).last_hidden_state.float()
             return mean_pool(hidden, inputs["attention_mask"])
 
     def embed(self, texts: Sequence[str], batch_size: int = 64) -> torch.Tensor:

@@ -228,6 +228,7 @@ class SignalEngine:
                 "device": binding.device,
                 "dtype": binding.dtype,
                 "load_seconds": round(binding.load_seconds, 3),
+                "execution": binding.execution,
             }
             # The message is the JSON line itself (plain formatters print it as is); the same
             # fields go in `extra` for JSON formatters that build their own object.
@@ -330,9 +331,10 @@ def _build_shared(
     started = time.perf_counter()
     encoder = Encoder.load(
         settings.encoder, device=str(device), max_length=settings.max_length, quantize=quantize,
-        adapter=settings.encoder_adapter,
+        adapter=settings.encoder_adapter, trace=settings.traces(device.type),
     )
     encoder_seconds = time.perf_counter() - started
+    _log_trace_skipped(encoder, "encoder", log)
     signals: dict[str, SharedSignal] = {}
     models: dict[str, tuple[str, float]] = {}
     for spec in specs:
@@ -357,9 +359,18 @@ def _build_shared(
     dtype = "int8" if quantize else dtype_name(encoder.dtype)
     # Each shared classifier's load time includes the one encoder load and warm-up it relies on.
     return runner, [
-        Binding(name, model, str(device), dtype, encoder_seconds + warm_seconds + seconds)
+        Binding(name, model, str(device), dtype, encoder_seconds + warm_seconds + seconds,
+                encoder.execution)
         for name, (model, seconds) in models.items()
     ] + long_bindings
+
+
+def _log_trace_skipped(encoder: Encoder, role: str, log: logging.Logger) -> None:
+    """A requested trace that did not pass its check is said once, as a warning."""
+    if encoder.trace_skipped:
+        fields = {"event": "encoder_trace_skipped", "encoder": role, "model": encoder.model_id,
+                  "reason": encoder.trace_skipped}
+        log.warning(json.dumps(fields), extra=fields)
 
 
 def _build_long(
@@ -382,16 +393,19 @@ def _build_long(
         student = Encoder.load(
             settings.encoder, device="cpu", max_length=settings.max_length,
             quantize=long.quantize_int8, adapter=adapter,
+            trace=settings.traces("cpu"),
         )
     except (OSError, ValueError) as err:
         raise ClassifierError(f"classifiers.long_prompts: {err}") from err
+    _log_trace_skipped(student, "student", log)
     signals: dict[str, SharedSignal] = {}
     bindings: list[Binding] = []
     dtype = "int8" if long.quantize_int8 else dtype_name(student.dtype)
     for spec in specs:
         signals[spec.name], model = _build_shared_signal(spec, student, log, long=True)
         seconds = time.perf_counter() - started
-        bindings.append(Binding(f"{spec.name}/{LONG_HEADS}", model, "cpu", dtype, seconds))
+        bindings.append(Binding(f"{spec.name}/{LONG_HEADS}", model, "cpu", dtype, seconds,
+                                student.execution))
     escalate = frozenset(spec.name for spec in specs if spec.kind == "jailbreak")
     path = EncoderPath.of(student, signals)
     return LongPrompts(path, long.min_tokens, escalate, long.escalate_at), bindings

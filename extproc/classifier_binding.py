@@ -40,6 +40,7 @@ def classifier_settings(config: RouterConfig) -> ClassifierSettings:
         max_length=source.max_length,
         max_windows=source.max_windows,
         quantize_int8=source.quantize_int8,
+        trace=source.trace,
         batching=BatchingSettings(**{
             **source.batching.model_dump(),
             "workers": 0 if source.batching.workers == "auto" else source.batching.workers,

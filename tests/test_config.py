@@ -101,6 +101,17 @@ def test_batching_workers_reach_the_classifier_settings() -> None:
     assert classifier_settings(load_config_text(text)).batching.workers == 3
 
 
+def test_trace_setting_reaches_the_classifier_settings() -> None:
+    from extproc.classifier_binding import classifier_settings
+
+    default = classifier_settings(load_config_text(MINIMAL))
+    assert default.trace == "cpu" and default.traces("cpu") and not default.traces("cuda")
+    for value, cpu, cuda in (("always", True, True), ("never", False, False)):
+        text = MINIMAL + f"classifiers: {{trace: {value}}}\n"
+        settings = classifier_settings(load_config_text(text))
+        assert (settings.traces("cpu"), settings.traces("cuda")) == (cpu, cuda)
+
+
 def test_explicit_model_resolves_by_name_or_unique_provider_id() -> None:
     config = load_config_text(MINIMAL)
     assert config.resolve_explicit("coder") is config.models["coder"]
@@ -258,6 +269,11 @@ INVALID = [
         "classifiers.batching.workers: Value error, expected auto or a count in [1, 64], got "
         "'many'",
         id="batching-workers-not-a-count",
+    ),
+    pytest.param(
+        MINIMAL + "classifiers: {trace: true}\n",
+        "classifiers.trace: Input should be 'cpu', 'always' or 'never'",
+        id="trace-not-a-mode",
     ),
     pytest.param(
         "providers: [unclosed\n", "invalid YAML: while parsing a flow sequence", id="bad-yaml"

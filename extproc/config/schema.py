@@ -192,6 +192,7 @@ class ClassifiersConfig(Strict):
     max_length: int = Field(default=256, ge=16, le=8192)
     max_windows: int = Field(default=8, ge=1, le=64)
     quantize_int8: bool = False
+    trace: Literal["cpu", "always", "never"] = "cpu"
     batching: BatchingConfig = BatchingConfig()
     long_prompts: LongPromptsConfig | None = None
 

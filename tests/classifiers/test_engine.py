@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
+import torch
 
 from classifiers import (
     BatchingSettings,
@@ -84,12 +85,43 @@ def test_binding_lines_are_json(built: tuple[SignalEngine, list[str]]) -> None:
         assert line["event"] == "model_binding_ready"
         assert line["device"] == "cpu" and line["dtype"] == "float32"
         assert line["load_seconds"] > 0
+        assert line["execution"] == "traced"  # a shared encoder on CPU runs its checked trace
     assert lines[2]["model"] == default_encoder_id()  # the embedding signal names the encoder
     assert [b.classifier for b in engine.bindings] == ["domain", "jailbreak", "routes"]
     queues = [json.loads(m) for m in messages if '"classifier_queue_ready"' in m]
     budget = cpu_thread_budget()
     assert queues == [{"event": "classifier_queue_ready", "queue": "encoder", "device": "cpu",
                        "workers": min(budget, MAX_AUTO_WORKERS), "threads": budget}]
+    assert not [m for m in messages if "encoder_trace_skipped" in m]
+
+
+def test_a_trace_that_fails_its_check_is_said_and_the_eager_encoder_runs(
+    head_dirs: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("tracer refused\nsecond line")
+
+    monkeypatch.setattr(torch.jit, "trace", refuse)
+    handler = _Collect()
+    log = logging.getLogger("test.engine.trace_skipped")
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    try:
+        engine = SignalEngine.build(ClassifierSettings(device="cpu"), _specs(head_dirs)[:1],
+                                    logger=log)
+    finally:
+        log.removeHandler(handler)
+    skipped = [json.loads(m) for m in handler.messages if "encoder_trace_skipped" in m]
+    assert len(skipped) == 1
+    assert skipped[0]["encoder"] == "encoder" and skipped[0]["model"]
+    assert skipped[0]["reason"] == "RuntimeError: tracer refused"  # first line only
+    assert engine.bindings[0].execution == "eager"
+
+
+def test_trace_never_keeps_the_eager_encoder(head_dirs: dict[str, Path]) -> None:
+    engine = SignalEngine.build(ClassifierSettings(device="cpu", trace="never"),
+                                _specs(head_dirs)[:1])
+    assert engine.bindings[0].execution == "eager"
 
 
 async def test_one_encoder_pass_feeds_every_head(engine: SignalEngine) -> None:

@@ -1,0 +1,132 @@
+"""TorchScript traces of an encoder's transformer, checked against the eager model before use.
+
+Why: a traced forward pass runs in the TorchScript interpreter, which releases the GIL for the
+whole pass and skips the per-module Python dispatch. With the router's event loop and two CPU
+queue workers in one process, eager workers wait for the GIL at every op boundary while the loop
+holds it (bench/RESULTS.md, "traced encoders": under a thread holding the GIL 17% of the time,
+two eager workers lost 19% of their throughput and two traced ones 9%, the CPU that thread used).
+
+Constraints:
+- The trace is recorded on a padded batch of two texts, so the attention-mask path is the one
+  recorded (an unpadded example could record "no mask" and ignore padding later).
+- Before use, the trace is compared with the eager model on probe batches of other sizes and
+  lengths, padded and not, one of them a full window. Any error or any difference above the
+  tolerance keeps the eager model, and the reason is returned for the binding log line: never a
+  silent fallback, never a trace that disagrees with eager.
+- Inference only: training code keeps using `Encoder.model`.
+"""
+
+from __future__ import annotations
+
+import inspect
+import warnings
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import torch
+from transformers import PreTrainedTokenizerBase
+
+INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
+_EXAMPLE = ("route this request to the right model, please", "short")
+_PROBES = (
+    ("one text with no padding at all",),
+    ("a", "three texts of different lengths", "and one more text that is longer than the rest"),
+)
+# Largest masked difference (relative to the largest eager value) a trace may show: the trace
+# runs the same kernels, so fp32 agrees to rounding; half precision gets more room.
+_TOLERANCE = {torch.float32: 1e-4, torch.float16: 2e-2, torch.bfloat16: 2e-2}
+
+HiddenStates = Callable[[Mapping[str, torch.Tensor]], torch.Tensor]
+
+
+@dataclass(frozen=True)
+class Trace:
+    """The traced forward pass (None when the eager model stays) and why not."""
+
+    forward: HiddenStates | None
+    reason: str = ""
+
+
+class _HiddenStates(torch.nn.Module):
+    """Positional inputs -> last hidden state, the one output the encoder reads."""
+
+    def __init__(self, model: torch.nn.Module, with_token_types: bool) -> None:
+        super().__init__()
+        self.model = model
+        self.with_token_types = with_token_types
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                token_type_ids: torch.Tensor) -> torch.Tensor:
+        if self.with_token_types:
+            out = self.model(input_ids=input_ids, attention_mask=attention_mask,
+                             token_type_ids=token_type_ids)
+        else:
+            out = self.model(input_ids=input_ids, attention_mask=attention_mask)
+        return out.last_hidden_state
+
+
+def trace_encoder(
+    model: torch.nn.Module,
+    tokenizer: PreTrainedTokenizerBase,
+    device: torch.device,
+    max_length: int,
+    dtype: torch.dtype,
+) -> Trace:
+    """Trace `model` (eval mode, on `device`) and check it against eager; see the module doc."""
+    with_token_types = "token_type_ids" in inspect.signature(model.forward).parameters
+    try:
+        with torch.inference_mode(), warnings.catch_warnings():
+            # TracerWarnings name branches frozen at trace time; the probes below check them.
+            warnings.simplefilter("ignore")
+            example = _inputs(tokenizer, _EXAMPLE, device, max_length)
+            traced = torch.jit.trace(
+                _HiddenStates(model, with_token_types).eval(),
+                tuple(example[name] for name in INPUT_NAMES),
+                check_trace=False,
+            )
+            forward = _positional(traced)
+            probes = (*_PROBES, ("word " * (2 * max_length),))
+            for texts in probes:
+                inputs = _inputs(tokenizer, texts, device, max_length)
+                names = INPUT_NAMES if with_token_types else INPUT_NAMES[:2]
+                expected = model(**{name: inputs[name] for name in names}).last_hidden_state
+                worst = _masked_difference(expected, forward(inputs), inputs)
+                if worst > _TOLERANCE.get(dtype, 2e-2):
+                    return Trace(None, f"trace differs from eager by {worst:.2e} on "
+                                       f"{len(texts)} text(s) of {inputs['input_ids'].shape[1]} "
+                                       "tokens")
+    except Exception as err:  # any failure keeps the eager model, with the reason logged
+        return Trace(None, f"{type(err).__name__}: {str(err).splitlines()[0][:200]}")
+    return Trace(forward)
+
+
+def _positional(traced: torch.jit.ScriptModule) -> HiddenStates:
+    def forward(inputs: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        ids = inputs["input_ids"]
+        types = inputs.get("token_type_ids")
+        return traced(ids, inputs["attention_mask"],
+                      torch.zeros_like(ids) if types is None else types)
+
+    return forward
+
+
+def _inputs(tokenizer: PreTrainedTokenizerBase, texts: tuple[str, ...], device: torch.device,
+            max_length: int) -> dict[str, torch.Tensor]:
+    encoded = tokenizer(list(texts), padding=True, truncation=True, max_length=max_length,
+                        return_tensors="pt")
+    ids = encoded["input_ids"]
+    return {
+        "input_ids": ids.to(device),
+        "attention_mask": encoded["attention_mask"].to(device),
+        "token_type_ids": encoded.get("token_type_ids", torch.zeros_like(ids)).to(device),
+    }
+
+
+def _masked_difference(expected: torch.Tensor, actual: torch.Tensor,
+                       inputs: Mapping[str, torch.Tensor]) -> float:
+    if expected.shape != actual.shape:
+        return float("inf")
+    mask = inputs["attention_mask"].unsqueeze(-1).bool()
+    diff = (expected.float() - actual.float()).abs().masked_select(mask)
+    scale = expected.float().abs().masked_select(mask).max().clamp(min=1.0)
+    return float((diff.max() / scale).item()) if diff.numel() else 0.0
