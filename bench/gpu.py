@@ -10,13 +10,17 @@ heads on the shared encoder, structured PII, keywords):
 Bounded: every phase stops after its request count or its time limit, whichever comes first.
 
     python bench/gpu.py                 # on the GPU host
+    python bench/gpu.py --trace always  # the same with the encoder as a TorchScript trace
     python bench/gpu.py --device cpu    # smoke test
+
+The `model_binding_ready` lines name each encoder's `execution` (`traced` or `eager`).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import logging
 import os
 import statistics
@@ -85,6 +89,9 @@ async def main(args: argparse.Namespace) -> int:
     for noisy in ("presidio-analyzer", "httpx", "urllib3"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     config = load_config(args.config)
+    if args.trace:
+        traced = config.classifiers.model_copy(update={"trace": args.trace})
+        config = dataclasses.replace(config, classifiers=traced)
     explainer = await Explainer.start(config, logging.getLogger("bench.gpu"))
     logging.getLogger("bench.gpu").setLevel(logging.WARNING)
     try:
@@ -105,7 +112,8 @@ async def main(args: argparse.Namespace) -> int:
     p99 = sorted(samples)[min(len(samples) - 1, int(0.99 * len(samples)))]
     rate = done / elapsed if elapsed else 0.0
     print()
-    print(f"device {args.device}, prompt ~{args.tokens} tokens, config {args.config}")
+    print(f"device {args.device}, prompt ~{args.tokens} tokens, config {args.config}, "
+          f"trace {args.trace or config.classifiers.trace}")
     print(f"{'measure':<42} {'value':>10}")
     print(f"{'decision latency batch 1, p50 (ms)':<42} {p50:>10.2f}")
     print(f"{'decision latency batch 1, p99 (ms)':<42} {p99:>10.2f}")
@@ -131,6 +139,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--device", default="cuda", help="cuda, cuda:N or cpu")
     parser.add_argument("--config", default=str(ROOT / "config" / "default.yaml"))
     parser.add_argument("--tokens", type=int, default=512)
+    parser.add_argument("--trace", choices=["cpu", "always", "never"],
+                        help="override classifiers.trace (default: the config's)")
     parser.add_argument(
         "--sweep", type=lambda v: [int(n) for n in v.split(",") if n], default=[],
         help="also print p50 latency at these prompt lengths, e.g. 64,128,256,1024",
