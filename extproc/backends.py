@@ -129,7 +129,7 @@ class BackendCatalog:
             "default_model": default,
             "classifiers": [
                 {"classifier": b.classifier, "model": b.model, "device": b.device,
-                 "dtype": b.dtype} for b in bindings
+                 "dtype": b.dtype, "execution": b.execution} for b in bindings
             ],
             "models": models,
             "workers": len(self.registry.all()),

@@ -132,7 +132,7 @@ async def run_demo(config: RouterConfig, *, verbose: bool = False) -> int:
         client = AsyncOpenAI(base_url=f"http://{config.listener.address}/v1",
                              api_key="demo-key", max_retries=0, timeout=30)
         _, health = router.health()
-        bound = ", ".join(f"{c['classifier']} on {c['device']} {c['dtype']}"
+        bound = ", ".join(f"{c['classifier']} on {c['device']} {c['dtype']} {c['execution']}"
                           for c in health.get("classifiers", []))
         print(f"classifiers: {bound or 'none'}")
         models = await client.models.list()

@@ -91,6 +91,21 @@ def auth(token: str = TOKEN) -> dict[str, str]:
     return {"authorization": f"Bearer {token}"}
 
 
+async def test_health_names_each_classifier_binding(env: Env) -> None:
+    from classifiers.api import Binding
+
+    router = await env.start_router()
+    bindings = [Binding("domain", "heads/domain", "cpu", "float32", 2.1, "traced"),
+                Binding("pii_model", "tiny-ner", "cpu", "float32", 0.4)]
+    _, body = router.backends.report(started=True, bindings=bindings)
+    assert body["classifiers"] == [
+        {"classifier": "domain", "model": "heads/domain", "device": "cpu", "dtype": "float32",
+         "execution": "traced"},
+        {"classifier": "pii_model", "model": "tiny-ner", "device": "cpu", "dtype": "float32",
+         "execution": "eager"},
+    ]
+
+
 async def test_health_json_and_status_codes(env: Env) -> None:
     await env.start_router()
     async with httpx.AsyncClient(base_url=env.admin) as client:
