@@ -46,6 +46,7 @@ from classifiers.runners import (
 )
 from classifiers.signals import DomainSignal, EmbeddingSignal, JailbreakSignal, SharedSignal
 from classifiers.threads import queue_threads
+from classifiers.tracing import log_trace_skipped
 
 P = ParamSpec("P")
 ENCODER_QUEUE = "encoder"  # `classifier` label of the shared encoder queue's timings/batches
@@ -273,7 +274,7 @@ class SignalEngine:
             calls.append(_as_dict(name, self._model_queues[name].submit(text)))
         merged: dict[str, SignalScore] = {}
         errors: list[BaseException] = []
-        for outcome in await asyncio.gather(*calls, return_exceptions=True):
+        for outcome in await _outcomes(calls):
             if isinstance(outcome, BaseException):
                 errors.append(outcome)
             else:
@@ -307,6 +308,19 @@ def _queue(
     )
 
 
+async def _outcomes(
+    calls: Sequence[Awaitable[dict[str, SignalScore]]],
+) -> list[dict[str, SignalScore] | BaseException]:
+    """Each call's result or exception; one call (the common case: the shared encoder alone)
+    is awaited in place rather than wrapped in a task by `asyncio.gather`."""
+    if len(calls) == 1:
+        try:
+            return [await calls[0]]
+        except Exception as err:  # reported like gather's return_exceptions=True
+            return [err]
+    return list(await asyncio.gather(*calls, return_exceptions=True))
+
+
 async def _as_dict(name: str, score: Awaitable[SignalScore]) -> dict[str, SignalScore]:
     return {name: await score}
 
@@ -334,7 +348,7 @@ def _build_shared(
         adapter=settings.encoder_adapter, trace=settings.traces(device.type),
     )
     encoder_seconds = time.perf_counter() - started
-    _log_trace_skipped(encoder, "encoder", log)
+    log_trace_skipped(encoder.trace_skipped, "encoder", encoder.model_id, log)
     signals: dict[str, SharedSignal] = {}
     models: dict[str, tuple[str, float]] = {}
     for spec in specs:
@@ -365,14 +379,6 @@ def _build_shared(
     ] + long_bindings
 
 
-def _log_trace_skipped(encoder: Encoder, role: str, log: logging.Logger) -> None:
-    """A requested trace that did not pass its check is said once, as a warning."""
-    if encoder.trace_skipped:
-        fields = {"event": "encoder_trace_skipped", "encoder": role, "model": encoder.model_id,
-                  "reason": encoder.trace_skipped}
-        log.warning(json.dumps(fields), extra=fields)
-
-
 def _build_long(
     settings: ClassifierSettings, specs: Sequence[LearnedSignalSpec], log: logging.Logger
 ) -> tuple[LongPrompts, list[Binding]]:
@@ -397,7 +403,7 @@ def _build_long(
         )
     except (OSError, ValueError) as err:
         raise ClassifierError(f"classifiers.long_prompts: {err}") from err
-    _log_trace_skipped(student, "student", log)
+    log_trace_skipped(student.trace_skipped, "student", student.model_id, log)
     signals: dict[str, SharedSignal] = {}
     bindings: list[Binding] = []
     dtype = "int8" if long.quantize_int8 else dtype_name(student.dtype)

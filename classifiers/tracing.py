@@ -19,6 +19,8 @@ Constraints:
 from __future__ import annotations
 
 import inspect
+import json
+import logging
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -45,6 +47,14 @@ class Trace:
 
     forward: HiddenStates | None
     reason: str = ""
+
+
+def log_trace_skipped(reason: str, role: str, model: str, log: logging.Logger) -> None:
+    """A requested trace that did not pass its check is said once, as a warning."""
+    if reason:
+        fields = {"event": "encoder_trace_skipped", "encoder": role, "model": model,
+                  "reason": reason}
+        log.warning(json.dumps(fields), extra=fields)
 
 
 class _HiddenStates(torch.nn.Module):

@@ -16,6 +16,7 @@ from classifiers import (
     ClassifierError,
     ClassifierSettings,
     LearnedSignalSpec,
+    Overloaded,
 )
 from classifiers import engine as engine_module
 from classifiers.adapter import default_encoder_id
@@ -144,6 +145,23 @@ async def test_subset_of_names(engine: SignalEngine) -> None:
     assert result["routes"].label == "billing"
     with pytest.raises(ValueError, match="unknown learned signals"):
         await engine.evaluate("x", frozenset({"nope"}))
+
+
+@pytest.mark.parametrize(("raised", "expected"), [
+    (Overloaded("encoder: queue full"), "encoder: queue full"),
+    (RuntimeError("boom"), "classifier failed: RuntimeError: boom"),
+])
+async def test_a_failed_encoder_call_reaches_the_caller_as_a_classifier_error(
+    engine: SignalEngine, monkeypatch: pytest.MonkeyPatch, raised: Exception, expected: str
+) -> None:
+    async def fail(*args: object, **kwargs: object) -> None:
+        raise raised
+
+    monkeypatch.setattr(engine._encoder_queue, "submit", fail)
+    with pytest.raises(ClassifierError) as caught:
+        await engine.evaluate("anything")
+    assert str(caught.value) == expected
+    assert type(caught.value) is (Overloaded if isinstance(raised, Overloaded) else ClassifierError)
 
 
 async def test_concurrent_requests_match_single_requests(engine: SignalEngine) -> None:
