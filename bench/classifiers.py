@@ -5,7 +5,8 @@ run takes roughly 10 x `--seconds` plus model loads. Measures, on one device:
   1. encoder texts/s at batch 1 and at the batch sizes the queue reaches under N concurrent callers;
   2. one encoder pass feeding 3 heads vs 1 head (target <= 1.1x);
   3. per-request latency through the batching queue vs the raw batch-1 forward (target <= +10%);
-  4. int8 dynamic quantization vs fp32 (CPU only): speed and embedding agreement.
+  4. int8 dynamic quantization vs fp32 (CPU only): speed and embedding agreement;
+  5. the encoder as a TorchScript trace (`classifiers.trace`, as the router runs it) vs eager.
 
 Usage: HF_HUB_OFFLINE=1 python bench/classifiers.py [--device cpu|cuda] [--long] [--seconds 2]
 """
@@ -21,6 +22,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -32,7 +34,7 @@ if Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
 
 import torch
 
-from classifiers.api import BatchingSettings
+from classifiers.api import BatchingSettings, ClassifierSettings
 from classifiers.batching import BatchQueue
 from classifiers.device import resolve_device
 from classifiers.encoder import Encoder
@@ -145,12 +147,14 @@ async def queue_vs_raw(
 
 
 def bench_device(args: argparse.Namespace, rows: list[Row], ratios: list[tuple[str, float, str]]
-                 ) -> None:
+                 ) -> str:
+    """Fills `rows` and `ratios`; returns how the encoder ran (traced or eager, and why)."""
     device = resolve_device(args.device)
     rng = random.Random(0)
     tokens = 500 if args.long else 24
     texts = [prompt(rng, tokens) for _ in range(64)]
-    encoder = Encoder.load(device=str(device), max_length=args.max_length)
+    traces = ClassifierSettings(trace=args.trace).traces(device.type)
+    encoder = Encoder.load(device=str(device), max_length=args.max_length, trace=traces)
     signals = build_signals(encoder)
     all3 = frozenset(signals)
     one = frozenset({"domain"})
@@ -182,8 +186,19 @@ def bench_device(args: argparse.Namespace, rows: list[Row], ratios: list[tuple[s
     rows.append(Row("queue batch 1, 1 caller: latency", queued * 1000, "ms"))
     ratios.append(("queue / raw latency at batch 1 (target <= 1.10)", queued / raw, "x"))
 
+    if encoder.traced is not None:
+        eager = Encoder.load(device=str(device), max_length=args.max_length)
+        for batch in (1, typical):
+            chunk = eager.tokenize(texts[:batch])
+            e, t = paired(partial(eager.forward, chunk), partial(encoder.forward, chunk),
+                          args.seconds)
+            rows.append(Row(f"eager encoder batch {batch}: latency", e * 1000, "ms"))
+            rows.append(Row(f"traced encoder batch {batch}: latency", t * 1000, "ms"))
+            ratios.append((f"eager / traced latency, batch {batch} (>1 = trace faster)", e / t,
+                           "x"))
     if device.type == "cpu":
         bench_int8(args, encoder, texts, rows, ratios)
+    return f"{encoder.execution} {encoder.trace_skipped}".strip()
 
 
 def bench_int8(args: argparse.Namespace, fp32: Encoder, texts: list[str], rows: list[Row],
@@ -208,13 +223,15 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=2.0, help="time per measurement")
     parser.add_argument("--callers", type=int, default=32, help="concurrent queue callers")
     parser.add_argument("--max-length", type=int, default=256, help="encoder window (tokens)")
+    parser.add_argument("--trace", choices=["cpu", "always", "never"], default="cpu",
+                        help="classifiers.trace for the encoder (default: the router's)")
     args = parser.parse_args()
     rows: list[Row] = []
     ratios: list[tuple[str, float, str]] = []
-    bench_device(args, rows, ratios)
+    execution = bench_device(args, rows, ratios)
     kind = "500-token" if args.long else "short"
     print(f"\nclassifier runtime on {args.device} ({kind} prompts, torch {torch.__version__}, "
-          f"{torch.get_num_threads()} threads)")
+          f"{torch.get_num_threads()} threads, encoder {execution})")
     width = max(len(r.name) for r in rows)
     for row in rows:
         print(f"  {row.name:<{width}}  {row.value:>10.2f} {row.unit}")
