@@ -55,8 +55,9 @@ class ClassifierSettings:
     `max_length`: tokens per window.
     `quantize_int8`: dynamic int8 Linear layers, CPU only (ignored on CUDA); off by default because
     it loses accuracy (embedding cosine vs fp32 ~0.92) and only helps at larger CPU batches.
-    `trace`: which shared encoders run as checked TorchScript traces (`classifiers.tracing`):
-    `cpu` (those on CPU, the student included), `always` (CUDA too) or `never`.
+    `trace`: which models (shared encoders, the student, sequence/token models) run as checked
+    TorchScript traces (`classifiers.tracing`): `cpu` (those on CPU), `always` (CUDA too) or
+    `never`.
     """
 
     device: str = "auto"
@@ -70,7 +71,7 @@ class ClassifierSettings:
     long_prompts: LongPromptSettings | None = None
 
     def traces(self, device_type: str) -> bool:
-        """Whether a shared encoder on a `device_type` (`cpu`, `cuda`) device runs as a trace."""
+        """Whether a model on a `device_type` (`cpu`, `cuda`) device runs as a trace."""
         return self.trace == "always" or (self.trace == "cpu" and device_type == "cpu")
 
 
@@ -119,7 +120,7 @@ class Binding:
     device: str
     dtype: str
     load_seconds: float
-    execution: str = "eager"  # shared encoders: `traced` when a checked TorchScript trace runs
+    execution: str = "eager"  # `traced` when a checked TorchScript trace runs
 
 
 class ClassifierError(Exception):

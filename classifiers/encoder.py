@@ -23,7 +23,7 @@ from classifiers.adapter import (
     merge_adapter,
 )
 from classifiers.device import default_dtype, quantize_int8, resolve_device
-from classifiers.tracing import HiddenStates, trace_encoder
+from classifiers.tracing import HiddenStates, trace_model
 
 BUNDLED_MODEL_ID = BASE_ENCODER_ID
 BUNDLED_ADAPTER = "bundled"  # `adapter` value: the LoRA adapter shipped in classifiers/models
@@ -119,7 +119,7 @@ class Encoder:
             model = quantize_int8(model)
         model.to(torch_device)
         window = min(max_length, int(getattr(tokenizer, "model_max_length", max_length)))
-        traced = (trace_encoder(model, tokenizer, torch_device, window, chosen_dtype)
+        traced = (trace_model(model, tokenizer, torch_device, window, chosen_dtype)
                   if trace else None)
         return cls(
             tokenizer=tokenizer,

@@ -215,7 +215,7 @@ class SignalEngine:
         for spec in specs:
             if spec.kind in SHARED_ENCODER_KINDS:
                 continue
-            model_runner, binding = _build_model(settings, spec, truncated_cb)
+            model_runner, binding = _build_model(settings, spec, truncated_cb, log)
             model_queues[spec.name] = _queue(
                 spec.name, model_runner, settings, binding.device, log,
                 on_timing=on_timing, on_batch=on_batch,
@@ -421,6 +421,7 @@ def _build_model(
     settings: ClassifierSettings,
     spec: LearnedSignalSpec,
     on_truncated: TruncatedCallback | None,
+    log: logging.Logger,
 ) -> tuple[HFModelRunner, Binding]:
     """Load one sequence/token model on its own device and warm it up."""
     device = resolve_device(settings.device, spec.device)
@@ -439,10 +440,11 @@ def _build_model(
         threshold=spec.threshold,
         chunk_size=settings.batching.max_batch_size,
         quantize=quantize,
+        trace=settings.traces(device.type),
     )
+    log_trace_skipped(runner.trace_skipped, spec.name, spec.model, log)
     runner.on_truncated = on_truncated
     runner.warm_up()
     seconds = time.perf_counter() - started
-    return runner, Binding(
-        spec.name, spec.model, str(device), "int8" if quantize else dtype_name(dtype), seconds
-    )
+    return runner, Binding(spec.name, spec.model, str(device),
+                           "int8" if quantize else dtype_name(dtype), seconds, runner.execution)

@@ -28,6 +28,7 @@ from classifiers.batching import StageReporter
 from classifiers.device import quantize_int8
 from classifiers.runners import TruncatedCallback, forward_rows, pad_id_of, rows_by_owner
 from classifiers.signals import TOP_K
+from classifiers.tracing import HiddenStates, trace_model
 from classifiers.windowing import split_windows
 
 ModelKind = Literal["sequence", "token"]
@@ -60,6 +61,12 @@ class HFModelRunner:
     threshold: float
     chunk_size: int
     on_truncated: TruncatedCallback | None = None
+    traced: HiddenStates | None = None  # the checked TorchScript trace (logits), if any
+    trace_skipped: str = ""  # why a requested trace is not used
+
+    @property
+    def execution(self) -> str:
+        return "eager" if self.traced is None else "traced"
 
     @classmethod
     def load(
@@ -75,8 +82,10 @@ class HFModelRunner:
         threshold: float,
         chunk_size: int,
         quantize: bool = False,
+        trace: bool = False,
     ) -> HFModelRunner:
-        """Load tokenizer + model onto `device` in `dtype` (int8-quantized on CPU if asked)."""
+        """Load tokenizer + model onto `device` in `dtype` (int8-quantized on CPU if asked;
+        a checked TorchScript trace of it with `trace`, see `classifiers.tracing`)."""
         tokenizer = AutoTokenizer.from_pretrained(path)
         auto = (
             AutoModelForSequenceClassification
@@ -94,6 +103,8 @@ class HFModelRunner:
         positions = getattr(config, "max_position_embeddings", None)
         if isinstance(positions, int):
             limits.append(positions)
+        traced = (trace_model(model, tokenizer, device, min(limits), dtype, "logits")
+                  if trace else None)
         return cls(
             name=name,
             kind=kind,
@@ -106,11 +117,16 @@ class HFModelRunner:
             max_windows=max_windows,
             threshold=threshold,
             chunk_size=chunk_size,
+            traced=None if traced is None else traced.forward,
+            trace_skipped="" if traced is None else traced.reason,
         )
 
     def _forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         inputs = {key: value.to(self.device) for key, value in batch.items()}
-        logits = self.model(**inputs).logits.float()
+        if self.traced is not None:
+            logits = self.traced(inputs).float()
+        else:
+            logits = self.model(**inputs).logits.float()
         probs = torch.softmax(logits, dim=-1)
         if self.kind == "token":
             # Padding and special tokens never name an entity: zero their probabilities.

@@ -1,4 +1,4 @@
-"""TorchScript traces of an encoder's transformer, checked against the eager model before use.
+"""TorchScript traces of classifier transformers, checked against the eager model before use.
 
 Why: a traced forward pass runs in the TorchScript interpreter, which releases the GIL for the
 whole pass and skips the per-module Python dispatch. With the router's event loop and two CPU
@@ -13,7 +13,8 @@ Constraints:
   lengths, padded and not, one of them a full window. Any error or any difference above the
   tolerance keeps the eager model, and the reason is returned for the binding log line: never a
   silent fallback, never a trace that disagrees with eager.
-- Inference only: training code keeps using `Encoder.model`.
+- Inference only: training code keeps using `Encoder.model`. Used for the shared encoders
+  (`last_hidden_state`) and for sequence/token classification models (`logits`).
 """
 
 from __future__ import annotations
@@ -57,13 +58,14 @@ def log_trace_skipped(reason: str, role: str, model: str, log: logging.Logger) -
         log.warning(json.dumps(fields), extra=fields)
 
 
-class _HiddenStates(torch.nn.Module):
-    """Positional inputs -> last hidden state, the one output the encoder reads."""
+class _Output(torch.nn.Module):
+    """Positional inputs -> the one output the caller reads (`last_hidden_state`, `logits`)."""
 
-    def __init__(self, model: torch.nn.Module, with_token_types: bool) -> None:
+    def __init__(self, model: torch.nn.Module, with_token_types: bool, output: str) -> None:
         super().__init__()
         self.model = model
         self.with_token_types = with_token_types
+        self.output = output
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                 token_type_ids: torch.Tensor) -> torch.Tensor:
@@ -72,17 +74,20 @@ class _HiddenStates(torch.nn.Module):
                              token_type_ids=token_type_ids)
         else:
             out = self.model(input_ids=input_ids, attention_mask=attention_mask)
-        return out.last_hidden_state
+        result: torch.Tensor = getattr(out, self.output)
+        return result
 
 
-def trace_encoder(
+def trace_model(
     model: torch.nn.Module,
     tokenizer: PreTrainedTokenizerBase,
     device: torch.device,
     max_length: int,
     dtype: torch.dtype,
+    output: str = "last_hidden_state",
 ) -> Trace:
-    """Trace `model` (eval mode, on `device`) and check it against eager; see the module doc."""
+    """Trace `model` (eval mode, on `device`) returning its `output` tensor and check it
+    against eager; see the module doc."""
     with_token_types = "token_type_ids" in inspect.signature(model.forward).parameters
     try:
         with torch.inference_mode(), warnings.catch_warnings():
@@ -90,7 +95,7 @@ def trace_encoder(
             warnings.simplefilter("ignore")
             example = _inputs(tokenizer, _EXAMPLE, device, max_length)
             traced = torch.jit.trace(
-                _HiddenStates(model, with_token_types).eval(),
+                _Output(model, with_token_types, output).eval(),
                 tuple(example[name] for name in INPUT_NAMES),
                 check_trace=False,
             )
@@ -99,7 +104,7 @@ def trace_encoder(
             for texts in probes:
                 inputs = _inputs(tokenizer, texts, device, max_length)
                 names = INPUT_NAMES if with_token_types else INPUT_NAMES[:2]
-                expected = model(**{name: inputs[name] for name in names}).last_hidden_state
+                expected = getattr(model(**{name: inputs[name] for name in names}), output)
                 worst = _masked_difference(expected, forward(inputs), inputs)
                 if worst > _TOLERANCE.get(dtype, 2e-2):
                     return Trace(None, f"trace differs from eager by {worst:.2e} on "
@@ -136,7 +141,10 @@ def _masked_difference(expected: torch.Tensor, actual: torch.Tensor,
                        inputs: Mapping[str, torch.Tensor]) -> float:
     if expected.shape != actual.shape:
         return float("inf")
-    mask = inputs["attention_mask"].unsqueeze(-1).bool()
+    if expected.dim() == 3:  # per token: padding positions are never read
+        mask = inputs["attention_mask"].unsqueeze(-1).bool().expand_as(expected)
+    else:  # one row per text
+        mask = torch.ones_like(expected, dtype=torch.bool)
     diff = (expected.float() - actual.float()).abs().masked_select(mask)
     scale = expected.float().abs().masked_select(mask).max().clamp(min=1.0)
     return float((diff.max() / scale).item()) if diff.numel() else 0.0

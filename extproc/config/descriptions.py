@@ -86,8 +86,9 @@ DESCRIPTIONS: dict[str, str] = {
     "classifiers.max_length": "tokens per classifier window",
     "classifiers.max_windows": "a longer text is split into at most this many windows",
     "classifiers.quantize_int8": "dynamic int8 linear layers on CPU (ignored on CUDA)",
-    "classifiers.trace": "run shared encoders as TorchScript traces checked against eager at "
-    "start-up (no GIL during a forward pass): cpu, always (CUDA too) or never",
+    "classifiers.trace": "run classifier models (shared encoders, sequence and token models) "
+    "as TorchScript traces checked against eager at start-up (no GIL during a forward pass): "
+    "`cpu` (models on CPU), `always` (CUDA too) or `never`",
     "classifiers.long_prompts": "CPU only: prompts of at least `min_tokens` tokens are scored "
         "by a faster layer-reduced student encoder with the heads in each head directory's "
         "`long/` (unset: every prompt gets the full encoder)",

@@ -20,12 +20,30 @@ from classifiers.engine import SignalEngine
 from classifiers.hf_models import HFModelRunner, entity_type
 
 
-def _load(kind: str, path: Path, threshold: float = 0.0) -> HFModelRunner:
+def _load(kind: str, path: Path, threshold: float = 0.0, trace: bool = False) -> HFModelRunner:
     return HFModelRunner.load(
         "x", "sequence" if kind == "sequence" else "token", str(path),
         device=torch.device("cpu"), dtype=torch.float32, max_length=256, max_windows=4,
-        threshold=threshold, chunk_size=8,
+        threshold=threshold, chunk_size=8, trace=trace,
     )
+
+
+@pytest.mark.parametrize("kind", ["sequence", "token"])
+def test_traced_model_scores_equal_eager(
+    kind: str, tiny_sequence_dir: Path, tiny_token_dir: Path
+) -> None:
+    path = tiny_sequence_dir if kind == "sequence" else tiny_token_dir
+    traced, eager = _load(kind, path, trace=True), _load(kind, path)
+    assert (traced.execution, traced.trace_skipped) == ("traced", "")
+    assert eager.execution == "eager"
+    texts = ["alice lives in london", "", "bob", " ".join(["weather", "paris"] * 150)]
+    for batch in (texts, texts[:1], texts[2:]):
+        got = traced(batch, lambda stage, s: None)
+        want = eager(batch, lambda stage, s: None)
+        for a, b in zip(got, want, strict=True):
+            assert (a.label, a.entities, a.windows, a.truncated) == (
+                b.label, b.entities, b.windows, b.truncated)
+            assert a.score == pytest.approx(b.score, abs=1e-6)
 
 
 def test_entity_type() -> None:
@@ -103,6 +121,7 @@ async def test_engine_with_model_signals(
     assert {line["classifier"] for line in lines} == {"intent", "pii"}
     for line in lines:
         assert line["device"] == "cpu" and line["dtype"] == "float32"
+        assert line["execution"] == "traced"
         assert line["load_seconds"] >= 0 and line["model"] in {str(tiny_sequence_dir),
                                                                 str(tiny_token_dir)}
     await engine.start()
