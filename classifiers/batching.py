@@ -109,6 +109,7 @@ class BatchQueue(Generic[I, R]):
         self._free = self._budget  # intra-op threads not held by a running batch
         self._running = 0  # batches being collected or run
         self._collecting = False  # a worker is waiting for its batch to fill
+        self._left_for_others = False  # the last take split ready items: take them at once
 
     async def start(self) -> None:
         """Start the worker threads, bound to the running event loop."""
@@ -185,7 +186,7 @@ class BatchQueue(Generic[I, R]):
             self._free -= held
             self._running += 1
             busy = self._busy or len(self._pending) > 1
-            if busy and len(self._pending) < size:
+            if busy and len(self._pending) < size and not self._left_for_others:
                 self._collecting = True
                 deadline = self._pending[0].enqueued + self.settings.max_wait_ms / 1000.0
                 remaining = deadline - time.perf_counter()
@@ -193,7 +194,9 @@ class BatchQueue(Generic[I, R]):
                     self._cond.wait(remaining)
                     remaining = deadline - time.perf_counter()
                 self._collecting = False
-            count = self._portion(min(size, len(self._pending)))
+            ready = min(size, len(self._pending))
+            count = self._portion(ready)
+            self._left_for_others = count < ready
             batch = [self._pending.popleft() for _ in range(count)]
             self._busy = count > 1 or bool(self._pending)
             held += self._extra_threads(held)
@@ -202,16 +205,17 @@ class BatchQueue(Generic[I, R]):
         return [entry for entry in batch if not entry.future.cancelled()], held
 
     def _portion(self, count: int) -> int:
-        """How many of ``count`` ready items this worker takes (lock held): an equal part when
-        idle workers with a free share can take the rest side by side, else all of them. Split
-        this way, a burst runs on one share per worker at once instead of on every thread in
-        one call while the other worker waits for those threads."""
+        """How many of ``count`` ready items (at most a batch) this worker takes (lock held):
+        an equal part of the whole backlog when idle workers with a free share can take the
+        rest side by side, else all of them. Split this way, a burst runs on one share per
+        worker at once instead of on every thread in one call while the other worker waits for
+        those threads; the workers that take the rest do not wait for it to fill."""
         if not self._budget or count < 2:
             return count
         share = max(1, self._budget // self.workers)
         helpers = min(self.workers - self._running, self._free // share)
         parts = min(count, 1 + max(0, helpers))
-        return -(-count // parts)
+        return min(count, -(-len(self._pending) // parts))
 
     def _extra_threads(self, held: int) -> int:
         """Threads added to a batch's one (lock held): every free one when this batch is alone

@@ -206,3 +206,48 @@ async def test_after_a_lone_batch_the_waiting_ones_are_split() -> None:
     assert recorder.given[0] == (1, 2)
     assert sorted(recorder.given[1:]) == [(3, 1), (3, 1)]
     assert recorder.peak_in_use <= 2
+
+
+class Started(Recorder):
+    """Also records when each batch started (perf_counter seconds) and its size."""
+
+    def __init__(self, delay: float) -> None:
+        super().__init__(delay)
+        self.starts: list[tuple[float, int]] = []
+
+    def __call__(self, items: list[int], report: StageReporter) -> Sequence[int]:
+        with self.lock:
+            self.starts.append((time.perf_counter(), len(items)))
+        return super().__call__(items, report)
+
+
+async def test_items_left_by_a_split_start_at_once() -> None:
+    """The workers that take what a split left do not open a new collection window (here
+    50 ms) for it: every part starts together."""
+    recorder = Started(0.05)
+    queue = queue_of(recorder, workers=4, threads=8, max_batch_size=8, max_wait_ms=50.0)
+    await queue.start()
+    try:
+        results = await asyncio.gather(*(queue.submit(x) for x in range(8)))
+    finally:
+        await queue.close()
+    assert results == [x + 1 for x in range(8)]
+    assert sorted(size for _, size in recorder.starts) == [2, 2, 2, 2]
+    times = [at for at, _ in recorder.starts]
+    assert max(times) - min(times) < 0.025  # not the 50 ms window again
+    assert recorder.peak_in_use <= 8
+
+
+async def test_a_backlog_is_shared_in_full_batches() -> None:
+    """Sixty-four waiting items and four idle workers with batches of four: each worker's first
+    batch is a full one, not a quarter of one batch."""
+    recorder = Recorder(0.02)
+    queue = queue_of(recorder, workers=4, threads=8, max_batch_size=4, max_wait_ms=1.0)
+    await queue.start()
+    try:
+        results = await asyncio.gather(*(queue.submit(x) for x in range(64)))
+    finally:
+        await queue.close()
+    assert results == [x + 1 for x in range(64)]
+    assert [size for size, _ in recorder.given] == [4] * 16
+    assert recorder.peak_in_use <= 8

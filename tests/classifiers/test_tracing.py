@@ -125,3 +125,28 @@ def test_a_model_without_token_types_is_traced(tmp_path: Path) -> None:
     texts = ["a b c", "route me", "a"]
     torch.testing.assert_close(traced.forward(traced.tokenize(texts)),
                                eager.forward(eager.tokenize(texts)))
+
+
+@pytest.mark.parametrize("noise", [0.0, 0.05])
+def test_half_precision_trace_is_checked_per_element(
+    monkeypatch: pytest.MonkeyPatch, noise: float
+) -> None:
+    """In bf16 a trace agrees with eager to the last place; one that is off by 0.05 on every
+    hidden value (small next to the largest value, large next to a typical one) is refused."""
+    real = torch.jit.trace
+
+    class Noisy(torch.nn.Module):
+        def __init__(self, inner: torch.nn.Module) -> None:
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, *args: torch.Tensor) -> torch.Tensor:
+            out: torch.Tensor = self.inner(*args)
+            return out + noise
+
+    def noisy_trace(module: torch.nn.Module, example: object, **kwargs: object) -> object:
+        return Noisy(real(module, example, **kwargs))
+
+    monkeypatch.setattr(torch.jit, "trace", noisy_trace)
+    encoder = Encoder.load(max_length=32, dtype=torch.bfloat16, trace=True)
+    assert encoder.execution == ("traced" if noise == 0.0 else "eager"), encoder.trace_skipped
