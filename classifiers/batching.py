@@ -11,7 +11,8 @@ Constraints:
   traffic no latency.
 - CPU thread budget (`threads` > 0 with `set_threads`): up to `workers` worker threads share
   `threads` intra-op threads. A batch taken while nothing else runs or waits gets every thread
-  (a lone request is as fast as with one worker); under load each batch gets its share, so the
+  (a lone request is as fast as with one worker; unless `size_of` says it is too small for a
+  second thread to pay, then one); under load each batch gets its share, so the
   workers run side by side on one thread each instead of one batch stalling every core on each
   op's barrier. Ready items are split between the idle workers, so a burst never runs as one
   every-thread batch while the others wait. A worker whose share is not free waits: the budget
@@ -85,6 +86,8 @@ class BatchQueue(Generic[I, R]):
         workers: int = 1,
         threads: int = 0,
         set_threads: Callable[[int], None] | None = None,
+        size_of: Callable[[I], int] | None = None,
+        parallel_size: int = 0,
     ) -> None:
         if settings.max_batch_size < 1 or settings.max_queue < 1:
             raise ValueError("max_batch_size and max_queue must be >= 1")
@@ -110,6 +113,8 @@ class BatchQueue(Generic[I, R]):
         self._running = 0  # batches being collected or run
         self._collecting = False  # a worker is waiting for its batch to fill
         self._left_for_others = False  # the last take split ready items: take them at once
+        self._size_of = size_of
+        self._parallel_size = parallel_size
 
     async def start(self) -> None:
         """Start the worker threads, bound to the running event loop."""
@@ -199,7 +204,7 @@ class BatchQueue(Generic[I, R]):
             self._left_for_others = count < ready
             batch = [self._pending.popleft() for _ in range(count)]
             self._busy = count > 1 or bool(self._pending)
-            held += self._extra_threads(held)
+            held += self._extra_threads(held, self._worth_parallel(batch))
             if self._pending:
                 self._cond.notify_all()  # the rest is another worker's next batch
         return [entry for entry in batch if not entry.future.cancelled()], held
@@ -217,12 +222,23 @@ class BatchQueue(Generic[I, R]):
         parts = min(count, 1 + max(0, helpers))
         return min(count, -(-len(self._pending) // parts))
 
-    def _extra_threads(self, held: int) -> int:
+    def _worth_parallel(self, batch: list[_Entry[I, R]]) -> bool:
+        """Whether a batch is big enough (`size_of` summed, against `parallel_size`) for more
+        intra-op threads to pay: a short text alone runs as fast on one (workers' OpenMP
+        fork/join costs what the second thread saves) and leaves the other cores free."""
+        if self._size_of is None:
+            return True
+        return sum(self._size_of(entry.item) for entry in batch) >= self._parallel_size
+
+    def _extra_threads(self, held: int, parallel: bool = True) -> int:
         """Threads added to a batch's one (lock held): every free one when this batch is alone
-        (no other running, nothing waiting), else up to an equal share of the budget."""
+        (no other running, nothing waiting) and big enough to use them, else up to an equal
+        share of the budget."""
         if not self._budget:
             return 0
         alone = self._running == 1 and not self._pending
+        if alone and not parallel:
+            return 0
         share = self._free + held if alone else max(1, self._budget // self.workers)
         extra = max(0, min(self._free, share - held))
         self._free -= extra

@@ -17,7 +17,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, ParamSpec
+from typing import ParamSpec
 
 import torch
 
@@ -30,12 +30,13 @@ from classifiers.api import (
     LearnedSignalSpec,
     SignalScore,
 )
-from classifiers.batching import BatchCallback, BatchQueue, StageReporter, TimingCallback
+from classifiers.batching import BatchCallback, BatchQueue, TimingCallback
 from classifiers.device import default_dtype, dtype_name, resolve_device
 from classifiers.encoder import BUNDLED_ADAPTER, Encoder, bundled_student_dir
 from classifiers.heads import load_head, read_head_config
 from classifiers.hf_models import HFModelRunner
 from classifiers.lexical import LexicalFormatError, load_lexical
+from classifiers.queues import classifier_queue
 from classifiers.runners import (
     EncoderPath,
     EncoderRequest,
@@ -45,7 +46,6 @@ from classifiers.runners import (
     TruncatedCallback,
 )
 from classifiers.signals import DomainSignal, EmbeddingSignal, JailbreakSignal, SharedSignal
-from classifiers.threads import queue_threads
 from classifiers.tracing import log_trace_skipped
 
 P = ParamSpec("P")
@@ -206,7 +206,7 @@ class SignalEngine:
             runner, shared_bindings = _build_shared(
                 settings, shared_specs, truncated_cb, log, _safe(on_long, log)
             )
-            encoder_queue = _queue(
+            encoder_queue = classifier_queue(
                 ENCODER_QUEUE, runner, settings, shared_bindings[0].device, log,
                 on_timing=on_timing, on_batch=on_batch,
             )
@@ -216,7 +216,7 @@ class SignalEngine:
             if spec.kind in SHARED_ENCODER_KINDS:
                 continue
             model_runner, binding = _build_model(settings, spec, truncated_cb, log)
-            model_queues[spec.name] = _queue(
+            model_queues[spec.name] = classifier_queue(
                 spec.name, model_runner, settings, binding.device, log,
                 on_timing=on_timing, on_batch=on_batch,
             )
@@ -285,27 +285,6 @@ class SignalEngine:
                 raise first
             raise ClassifierError(f"classifier failed: {type(first).__name__}: {first}") from first
         return merged
-
-
-def _queue(
-    name: str,
-    runner: Callable[[list[Any], StageReporter], Sequence[Any]],
-    settings: ClassifierSettings,
-    device: str,
-    log: logging.Logger,
-    *,
-    on_timing: TimingCallback | None,
-    on_batch: BatchCallback | None,
-) -> BatchQueue[Any, Any]:
-    """One batching queue with its workers and CPU thread budget (see `classifiers.threads`)."""
-    plan = queue_threads(device, settings.batching.workers)
-    fields = {"event": "classifier_queue_ready", "queue": name, "device": device,
-              "workers": plan.workers, "threads": plan.threads}
-    log.info(json.dumps(fields), extra=fields)
-    return BatchQueue(
-        name, runner, settings.batching, workers=plan.workers, threads=plan.threads,
-        set_threads=plan.set_threads, on_timing=on_timing, on_batch=on_batch,
-    )
 
 
 async def _outcomes(

@@ -18,6 +18,11 @@ import torch
 # per-op overhead) and costs a forward pass's activations per worker.
 MAX_AUTO_WORKERS = 4
 
+# A lone batch shorter than this (characters, summed over its texts; about 50 tokens) runs on
+# one intra-op thread: measured in a queue worker thread on 2 cores, a 13-token text took 9.4 ms
+# on one thread and 9.8 ms on two, a 63-token one 22.9 and 18.5 ms (bench/RESULTS.md).
+PARALLEL_MIN_CHARS = 200
+
 _budget: int | None = None
 
 

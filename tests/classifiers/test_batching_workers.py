@@ -251,3 +251,32 @@ async def test_a_backlog_is_shared_in_full_batches() -> None:
     assert results == [x + 1 for x in range(64)]
     assert [size for size, _ in recorder.given] == [4] * 16
     assert recorder.peak_in_use <= 8
+
+
+async def test_a_small_lone_batch_runs_on_one_thread_and_leaves_the_rest() -> None:
+    """With `size_of`, a lone batch below `parallel_size` gets one thread; one at or above it
+    gets every thread; a request arriving while the small one runs starts beside it."""
+    recorder = Recorder(0.05)
+    queue = BatchQueue(
+        "test", recorder, BatchingSettings(), workers=2, threads=2,
+        set_threads=recorder.set_threads, size_of=lambda x: x, parallel_size=100,
+    )
+    await queue.start()
+    try:
+        assert await queue.submit(5) == 6
+        assert await queue.submit(500) == 501
+        first = asyncio.ensure_future(queue.submit(7))
+        await asyncio.sleep(0.01)  # the small batch runs on one thread
+        assert await queue.submit(8) == 9 and await first == 8
+    finally:
+        await queue.close()
+    assert recorder.given[:2] == [(1, 1), (1, 2)]
+    assert recorder.given[2:] == [(1, 1), (1, 1)] and recorder.peak_running == 2
+
+
+def test_queue_items_are_sized_by_their_text() -> None:
+    from classifiers.queues import text_length
+    from classifiers.runners import EncoderRequest
+
+    assert text_length("hello") == 5
+    assert text_length(EncoderRequest("hello there", frozenset({"domain"}))) == 11

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 import logging
+import time
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -16,6 +19,7 @@ from classifiers import (
     LearnedSignalSpec,
     SignalScore,
 )
+from classifiers.batching import StageReporter
 from classifiers.engine import SignalEngine
 from classifiers.hf_models import HFModelRunner, entity_type
 
@@ -138,8 +142,16 @@ async def test_engine_with_model_signals(
 
 async def test_engine_timeout_surfaces_as_classifier_timeout(tiny_sequence_dir: Path) -> None:
     specs = [LearnedSignalSpec(name="intent", kind="sequence", model=str(tiny_sequence_dir))]
-    settings = ClassifierSettings(device="cpu", batching=BatchingSettings(timeout_ms=0.001))
+    settings = ClassifierSettings(device="cpu", batching=BatchingSettings(timeout_ms=1.0))
     engine = SignalEngine.build(settings, specs)
+    queue = engine._model_queues["intent"]
+    process = queue._process
+
+    def slow(items: list[Any], report: StageReporter) -> Sequence[Any]:
+        time.sleep(0.05)  # well past the 1 ms limit, whatever the machine's speed
+        return process(items, report)
+
+    queue._process = slow
     await engine.start()
     try:
         with pytest.raises(ClassifierTimeout):
