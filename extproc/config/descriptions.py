@@ -108,8 +108,8 @@ DESCRIPTIONS: dict[str, str] = {
     "classifiers.batching.timeout_ms": "longest a request waits for its classifier result "
         "(then the signal's `on_error` applies)",
     "classifiers.batching.workers": "worker threads of a CPU queue, sharing the process's torch "
-        "threads: a lone request gets them all, under load each batch one share (`auto`: one "
-        "per thread, at most 4); a GPU queue has one",
+        "threads: a lone request gets them all (one under 200 characters), under load each "
+        "batch one share (`auto`: one per thread, at most 4); a GPU queue has one",
     # providers: the vLLM Semantic Router provider fragment's shape
     "providers": "the models the router can send requests to",
     "providers.defaults": "what a request no decision matches gets",
