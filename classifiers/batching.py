@@ -204,7 +204,7 @@ class BatchQueue(Generic[I, R]):
             self._left_for_others = count < ready
             batch = [self._pending.popleft() for _ in range(count)]
             self._busy = count > 1 or bool(self._pending)
-            held += self._extra_threads(held, self._worth_parallel(batch))
+            held += self._extra_threads(held, batch)
             if self._pending:
                 self._cond.notify_all()  # the rest is another worker's next batch
         return [entry for entry in batch if not entry.future.cancelled()], held
@@ -230,14 +230,14 @@ class BatchQueue(Generic[I, R]):
             return True
         return sum(self._size_of(entry.item) for entry in batch) >= self._parallel_size
 
-    def _extra_threads(self, held: int, parallel: bool = True) -> int:
+    def _extra_threads(self, held: int, batch: list[_Entry[I, R]]) -> int:
         """Threads added to a batch's one (lock held): every free one when this batch is alone
         (no other running, nothing waiting) and big enough to use them, else up to an equal
         share of the budget."""
         if not self._budget:
             return 0
         alone = self._running == 1 and not self._pending
-        if alone and not parallel:
+        if alone and not self._worth_parallel(batch):
             return 0
         share = self._free + held if alone else max(1, self._budget // self.workers)
         extra = max(0, min(self._free, share - held))

@@ -56,6 +56,16 @@ def queue_of(recorder: Recorder, workers: int = 2, threads: int = 2,
     )
 
 
+async def submit_all(queue: BatchQueue[int, int], count: int) -> None:
+    """Start `queue`, submit 0..count-1 at once, check every result, close it."""
+    await queue.start()
+    try:
+        results = await asyncio.gather(*(queue.submit(x) for x in range(count)))
+    finally:
+        await queue.close()
+    assert results == [x + 1 for x in range(count)]
+
+
 async def test_lone_requests_get_every_thread() -> None:
     recorder = Recorder(0.001)
     queue = queue_of(recorder, workers=2, threads=2)
@@ -63,6 +73,7 @@ async def test_lone_requests_get_every_thread() -> None:
     try:
         for x in range(5):
             assert await queue.submit(x) == x + 1
+            await asyncio.sleep(0.005)  # the worker hands its threads back after delivering
     finally:
         await queue.close()
     assert recorder.given == [(1, 2)] * 5
@@ -71,13 +82,7 @@ async def test_lone_requests_get_every_thread() -> None:
 async def test_under_load_batches_run_side_by_side_within_the_budget() -> None:
     recorder = Recorder(0.02)
     queue = queue_of(recorder, workers=2, threads=2, max_batch_size=4, max_wait_ms=1.0)
-    await queue.start()
-    try:
-        values = list(range(64))
-        results = await asyncio.gather(*(queue.submit(x) for x in values))
-    finally:
-        await queue.close()
-    assert results == [x + 1 for x in values]
+    await submit_all(queue, 64)
     assert sum(size for size, _ in recorder.given) == 64
     assert recorder.peak_running == 2  # two batches at once ...
     assert recorder.peak_in_use <= 2  # ... never more threads than the budget
@@ -105,12 +110,7 @@ async def test_a_full_thread_batch_holds_back_the_other_worker() -> None:
 async def test_four_workers_share_eight_threads_two_each() -> None:
     recorder = Recorder(0.02)
     queue = queue_of(recorder, workers=4, threads=8, max_batch_size=2, max_wait_ms=1.0)
-    await queue.start()
-    try:
-        results = await asyncio.gather(*(queue.submit(x) for x in range(40)))
-    finally:
-        await queue.close()
-    assert results == [x + 1 for x in range(40)]
+    await submit_all(queue, 40)
     assert recorder.peak_in_use <= 8
     assert recorder.peak_running >= 3
     assert {threads for _, threads in recorder.given} <= {2, 8}
@@ -156,12 +156,7 @@ async def test_a_burst_is_split_between_idle_workers() -> None:
     other worker waits for them."""
     recorder = Recorder(0.05)
     queue = queue_of(recorder, workers=2, threads=2, max_wait_ms=5.0)
-    await queue.start()
-    try:
-        results = await asyncio.gather(*(queue.submit(x) for x in range(8)))
-    finally:
-        await queue.close()
-    assert results == [x + 1 for x in range(8)]
+    await submit_all(queue, 8)
     assert sorted(recorder.given) == [(4, 1), (4, 1)]
     assert recorder.peak_running == 2 and recorder.peak_in_use == 2
 
@@ -226,12 +221,7 @@ async def test_items_left_by_a_split_start_at_once() -> None:
     50 ms) for it: every part starts together."""
     recorder = Started(0.05)
     queue = queue_of(recorder, workers=4, threads=8, max_batch_size=8, max_wait_ms=50.0)
-    await queue.start()
-    try:
-        results = await asyncio.gather(*(queue.submit(x) for x in range(8)))
-    finally:
-        await queue.close()
-    assert results == [x + 1 for x in range(8)]
+    await submit_all(queue, 8)
     assert sorted(size for _, size in recorder.starts) == [2, 2, 2, 2]
     times = [at for at, _ in recorder.starts]
     assert max(times) - min(times) < 0.025  # not the 50 ms window again
@@ -243,12 +233,7 @@ async def test_a_backlog_is_shared_in_full_batches() -> None:
     batch is a full one, not a quarter of one batch."""
     recorder = Recorder(0.02)
     queue = queue_of(recorder, workers=4, threads=8, max_batch_size=4, max_wait_ms=1.0)
-    await queue.start()
-    try:
-        results = await asyncio.gather(*(queue.submit(x) for x in range(64)))
-    finally:
-        await queue.close()
-    assert results == [x + 1 for x in range(64)]
+    await submit_all(queue, 64)
     assert [size for size, _ in recorder.given] == [4] * 16
     assert recorder.peak_in_use <= 8
 
@@ -264,6 +249,7 @@ async def test_a_small_lone_batch_runs_on_one_thread_and_leaves_the_rest() -> No
     await queue.start()
     try:
         assert await queue.submit(5) == 6
+        await asyncio.sleep(0.01)  # the worker hands its thread back after delivering
         assert await queue.submit(500) == 501
         first = asyncio.ensure_future(queue.submit(7))
         await asyncio.sleep(0.01)  # the small batch runs on one thread

@@ -4,6 +4,7 @@ one trace shared by threads, and a trace that fails or disagrees is never used."
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,26 @@ TEXTS = (
     "Summarise the causes of the French Revolution in three sentences.",
     "ok then",
 )
+
+
+def skew_traces(monkeypatch: pytest.MonkeyPatch,
+                skew: Callable[[torch.Tensor], torch.Tensor | float]) -> None:
+    """Make `torch.jit.trace` return the real trace plus `skew(input_ids)` on every output."""
+    real = torch.jit.trace
+
+    class Skewed(torch.nn.Module):
+        def __init__(self, inner: torch.nn.Module) -> None:
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, *args: torch.Tensor) -> torch.Tensor:
+            out: torch.Tensor = self.inner(*args)
+            return out + skew(args[0])
+
+    def skewed_trace(module: torch.nn.Module, example: object, **kwargs: object) -> object:
+        return Skewed(real(module, example, **kwargs))
+
+    monkeypatch.setattr(torch.jit, "trace", skewed_trace)
 
 
 @pytest.fixture(scope="module")
@@ -90,21 +111,7 @@ def test_a_failing_trace_keeps_eager_and_says_why(monkeypatch: pytest.MonkeyPatc
 
 
 def test_a_trace_that_disagrees_with_eager_is_not_used(monkeypatch: pytest.MonkeyPatch) -> None:
-    real = torch.jit.trace
-
-    class Off(torch.nn.Module):
-        def __init__(self, inner: torch.nn.Module) -> None:
-            super().__init__()
-            self.inner = inner
-
-        def forward(self, *args: torch.Tensor) -> torch.Tensor:
-            out: torch.Tensor = self.inner(*args)
-            return out + 0.01 * (args[0].shape[0] > 2)  # wrong only on bigger batches
-
-    def off_trace(module: torch.nn.Module, example: object, **kwargs: object) -> object:
-        return Off(real(module, example, **kwargs))
-
-    monkeypatch.setattr(torch.jit, "trace", off_trace)
+    skew_traces(monkeypatch, lambda ids: 0.01 * (ids.shape[0] > 2))  # wrong on bigger batches
     encoder = Encoder.load(max_length=32, trace=True)
     assert encoder.execution == "eager"
     assert encoder.trace_skipped.startswith("trace differs from eager by ")
@@ -133,20 +140,6 @@ def test_half_precision_trace_is_checked_per_element(
 ) -> None:
     """In bf16 a trace agrees with eager to the last place; one that is off by 0.05 on every
     hidden value (small next to the largest value, large next to a typical one) is refused."""
-    real = torch.jit.trace
-
-    class Noisy(torch.nn.Module):
-        def __init__(self, inner: torch.nn.Module) -> None:
-            super().__init__()
-            self.inner = inner
-
-        def forward(self, *args: torch.Tensor) -> torch.Tensor:
-            out: torch.Tensor = self.inner(*args)
-            return out + noise
-
-    def noisy_trace(module: torch.nn.Module, example: object, **kwargs: object) -> object:
-        return Noisy(real(module, example, **kwargs))
-
-    monkeypatch.setattr(torch.jit, "trace", noisy_trace)
+    skew_traces(monkeypatch, lambda ids: noise)
     encoder = Encoder.load(max_length=32, dtype=torch.bfloat16, trace=True)
     assert encoder.execution == ("traced" if noise == 0.0 else "eager"), encoder.trace_skipped
