@@ -36,9 +36,9 @@ _PROBES = (
     ("one text with no padding at all",),
     ("a", "three texts of different lengths", "and one more text that is longer than the rest"),
 )
+_CALLS_PER_PROBE = 3
 # (rtol, atol) per element, |trace - eager| <= atol + rtol * |eager|: the trace runs the same
 # kernels, so fp32 agrees to rounding; half precision gets a few units in the last place.
-_CALLS_PER_PROBE = 3
 _TOLERANCE = {torch.float32: (1e-4, 1e-5), torch.float16: (4e-3, 1e-3),
               torch.bfloat16: (1.6e-2, 1e-3)}
 
@@ -96,18 +96,16 @@ def trace_model(
         with torch.inference_mode(), warnings.catch_warnings():
             # TracerWarnings name branches frozen at trace time; the probes below check them.
             warnings.simplefilter("ignore")
+            eager = _Output(model, with_token_types, output).eval()
             example = _inputs(tokenizer, _EXAMPLE, device, max_length)
             traced = torch.jit.trace(
-                _Output(model, with_token_types, output).eval(),
-                tuple(example[name] for name in INPUT_NAMES),
-                check_trace=False,
+                eager, tuple(example[name] for name in INPUT_NAMES), check_trace=False
             )
             forward = _positional(traced)
             probes = (*_PROBES, ("word " * (2 * max_length),))
             for texts in probes:
                 inputs = _inputs(tokenizer, texts, device, max_length)
-                names = INPUT_NAMES if with_token_types else INPUT_NAMES[:2]
-                expected = getattr(model(**{name: inputs[name] for name in names}), output)
+                expected = eager(*(inputs[name] for name in INPUT_NAMES))
                 # Several calls: TorchScript's profiling executor may swap in an optimized
                 # (on CUDA, fused) graph after the first ones; that graph is checked too.
                 worst = max(_worst_difference(expected, forward(inputs), inputs,
@@ -118,7 +116,8 @@ def trace_model(
                                        f"tolerance on {len(texts)} text(s) of "
                                        f"{inputs['input_ids'].shape[1]} tokens")
     except Exception as err:  # any failure keeps the eager model, with the reason logged
-        return Trace(None, f"{type(err).__name__}: {str(err).splitlines()[0][:200]}")
+        first_line = (str(err).splitlines() or [""])[0][:200]
+        return Trace(None, f"{type(err).__name__}: {first_line}".rstrip(": "))
     return Trace(forward)
 
 

@@ -143,3 +143,14 @@ def test_half_precision_trace_is_checked_per_element(
     skew_traces(monkeypatch, lambda ids: noise)
     encoder = Encoder.load(max_length=32, dtype=torch.bfloat16, trace=True)
     assert encoder.execution == ("traced" if noise == 0.0 else "eager"), encoder.trace_skipped
+
+
+def test_a_tracer_error_without_a_message_still_keeps_eager(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise RuntimeError()
+
+    monkeypatch.setattr(torch.jit, "trace", refuse)
+    encoder = Encoder.load(max_length=32, trace=True)
+    assert (encoder.execution, encoder.trace_skipped) == ("eager", "RuntimeError")
