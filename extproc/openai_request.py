@@ -39,8 +39,16 @@ ENDPOINTS: Mapping[str, Endpoint] = MappingProxyType(
 
 class TextSource(Enum):
     LAST_USER = "last_user"
+    RECENT_USER = "recent_user"
     ALL_USER = "all_user"
     CONVERSATION = "conversation"
+
+
+# recent_user: a last user message shorter than this (about six words: "why?", "and in Rust?")
+# is read with the user messages before it (at most RECENT_TURNS in all), so a follow-up keeps
+# its topic, while "ok. who won the 1998 world cup?" stands alone.
+RECENT_MIN_CHARS = 32
+RECENT_TURNS = 3
 
 
 _MAX_INT_DIGITS = 4000  # below Python's own 4300-digit guard, whose message names sys.*
@@ -129,9 +137,27 @@ class OpenAIRequest:
                 if message.role == "user":
                     return message.text
             return self.messages[-1].text if self.messages else ""
+        if source is TextSource.RECENT_USER:
+            return self._recent_user_text()
         if source is TextSource.ALL_USER:
             return "\n".join(m.text for m in self.messages if m.role == "user")
         return "\n".join(m.text for m in self.messages)
+
+    def _recent_user_text(self) -> str:
+        """The last user message, preceded by earlier user messages while the text is
+        shorter than ``RECENT_MIN_CHARS`` (at most ``RECENT_TURNS`` messages)."""
+        turns: list[str] = []
+        length = 0
+        for message in reversed(self.messages):
+            if message.role != "user":
+                continue
+            turns.append(message.text)
+            length += len(message.text.strip())
+            if length >= RECENT_MIN_CHARS or len(turns) == RECENT_TURNS:
+                break
+        if not turns:
+            return self.messages[-1].text if self.messages else ""
+        return "\n".join(reversed(turns))
 
     def total_text_length(self) -> int:
         if self.endpoint is Endpoint.COMPLETIONS:

@@ -7,7 +7,13 @@ import json
 import pytest
 
 from extproc.errors import BadRequest, error_body
-from extproc.openai_request import Endpoint, Message, TextSource, parse_request
+from extproc.openai_request import (
+    RECENT_MIN_CHARS,
+    Endpoint,
+    Message,
+    TextSource,
+    parse_request,
+)
 
 CHAT = Endpoint.CHAT
 COMPLETIONS = Endpoint.COMPLETIONS
@@ -53,12 +59,47 @@ def test_chat_fields_and_messages() -> None:
     ("source", "expected"),
     [
         (TextSource.LAST_USER, "look at\nthis picture"),
+        (TextSource.RECENT_USER, "first question\nlook at\nthis picture"),  # short last turn
         (TextSource.ALL_USER, "first question\nlook at\nthis picture"),
         (TextSource.CONVERSATION, "You are terse.\nfirst question\n\nlook at\nthis picture"),
     ],
 )
 def test_chat_text_source(source: TextSource, expected: str) -> None:
     assert parse_request(CONVERSATION, CHAT).classifier_text(source) == expected
+
+
+def chat(*turns: str) -> bytes:
+    """A conversation alternating user and assistant turns, starting with the user."""
+    roles = ("user", "assistant")
+    return body(model="m", messages=[
+        {"role": roles[i % 2], "content": text} for i, text in enumerate(turns)
+    ])
+
+
+@pytest.mark.parametrize(
+    ("turns", "expected"),
+    [
+        (("what is the derivative of x^2 ln x?", "2x ln x + x", "why?"),
+         "what is the derivative of x^2 ln x?\nwhy?"),
+        # a last turn of RECENT_MIN_CHARS or more stands alone, even after a short one
+        (("hi", "hello!", "ok. who won the 1998 football world cup?"),
+         "ok. who won the 1998 football world cup?"),
+        # at most RECENT_TURNS user turns, oldest first
+        (("one", "a", "two", "b", "three", "c", "four"), "two\nthree\nfour"),
+        (("first question",), "first question"),
+    ],
+    ids=["follow-up", "long-last-turn", "bounded", "single"],
+)
+def test_recent_user_reads_earlier_turns_only_for_a_short_last_turn(
+    turns: tuple[str, ...], expected: str
+) -> None:
+    assert parse_request(chat(*turns), CHAT).classifier_text(TextSource.RECENT_USER) == expected
+
+
+def test_recent_user_stops_once_the_text_is_long_enough() -> None:
+    long_turn = "x" * RECENT_MIN_CHARS
+    raw = chat("oldest question", "a", long_turn, "b", "why?")
+    assert parse_request(raw, CHAT).classifier_text(TextSource.RECENT_USER) == f"{long_turn}\nwhy?"
 
 
 def test_last_user_without_user_message_uses_the_last_message() -> None:

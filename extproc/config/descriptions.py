@@ -37,8 +37,10 @@ DESCRIPTIONS: dict[str, str] = {
         "error format) or `passthrough` (untouched, to the default model)",
     "router.passthrough_paths": "path prefixes always passed through untouched to the default "
         "model (e.g. `[/v1/embeddings]`)",
-    "router.text_source": "what the classifiers read: the last user message, all user "
-        "messages, or the whole conversation",
+    "router.text_source": "what the classifiers read: the last user message; the last user "
+        "message with the user messages before it when it is short (`recent_user`: under 32 "
+        "characters, up to 3 messages, so 'why?' keeps the conversation's topic); all user "
+        "messages; or the whole conversation",
     "router.on_overload": "when the classifier queue is full: route to the default model and "
         "count it (`default`), or answer 429 (`reject`)",
     "router.message_timeout_ms": "Envoy's per-message ext_proc timeout",
@@ -144,7 +146,8 @@ DESCRIPTIONS: dict[str, str] = {
     "signals[type=language].text_source": _TEXT_SOURCE,
     "signals[type=keyword].regex": "keywords are regular expressions",
     "signals[type=keyword].case_sensitive": "match case exactly",
-    "signals[type=keyword].word_boundary": "match whole words only",
+    "signals[type=keyword].word_boundary": "match whole words only (a keyword ending in a "
+        "letter also matches its plural in -s or -es)",
     "signals[type=keyword].match": "matched when any keyword is found, or only when all are",
     "signals[type=context_length].min_tokens": "matched at or above this many estimated tokens",
     "signals[type=context_length].max_tokens": "matched at or below this many estimated tokens",

@@ -71,13 +71,17 @@ class LearnedSpec:
 
 def keyword_pattern(keyword: str, *, regex: bool, word_boundary: bool) -> str:
     """The regex source for one keyword; word boundaries only where the keyword has word
-    characters at that edge (so ``c++`` still matches)."""
+    characters at that edge (so ``c++`` still matches). With word boundaries, a keyword
+    that ends in a letter also matches its plural (``unit test`` finds "unit tests",
+    ``regex`` "regexes"), as people write either."""
     if regex:
         return keyword
     source = re.escape(keyword)
     if word_boundary and re.match(r"\w", keyword):
         source = r"\b" + source
-    if word_boundary and re.search(r"\w$", keyword):
+    if word_boundary and re.search(r"[^\W\d_]$", keyword):
+        source += r"(?:e?s)?\b"
+    elif word_boundary and re.search(r"\w$", keyword):
         source += r"\b"
     return source
 
