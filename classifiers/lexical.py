@@ -36,16 +36,27 @@ FORMAT = "word-1-2gram-tfidf-v1"
 MAX_CHARS = 32_768
 MAX_LEXICAL_BYTES = 6 * 1024 * 1024
 _WORD = re.compile(r"\w+")
+# ASCII text (most prompts) splits 4-5x faster as bytes: every byte `\w` does not match (in
+# ASCII: letters, digits, `_`) becomes a space, then `split()`; the same words as `_WORD`.
+_ASCII_NON_WORD = bytes(c if chr(c).isalnum() or c == ord("_") else ord(" ") for c in range(256))
 
 
 class LexicalFormatError(ValueError):
     """The lexical files of a head directory are missing pieces or disagree with the head."""
 
 
+def words_of(text: str) -> list[str]:
+    """Lower-cased unicode word runs (`\\w+`) of the first `MAX_CHARS` characters of `text`."""
+    lowered = text[:MAX_CHARS].lower()
+    if lowered.isascii():
+        return lowered.encode("ascii").translate(_ASCII_NON_WORD).decode("ascii").split()
+    return _WORD.findall(lowered)
+
+
 def tokens(text: str) -> list[str]:
     """Words and adjacent word pairs of `text` (lower-cased, first `MAX_CHARS` characters)."""
-    words = _WORD.findall(text[:MAX_CHARS].lower())
-    return words + [f"{a} {b}" for a, b in pairwise(words)]
+    words = words_of(text)
+    return words + list(map(" ".join, pairwise(words)))
 
 
 class LexicalModel:
@@ -80,7 +91,8 @@ class LexicalModel:
 
     def features(self, text: str) -> tuple[np.ndarray, np.ndarray]:
         """(feature rows, L2-normalized tf-idf values) of one text; both empty when none."""
-        counts = Counter(i for t in tokens(text) if (i := self.index.get(t)) is not None)
+        counts = Counter(map(self.index.get, tokens(text)))  # C loops: no per-token bytecode
+        counts.pop(None, None)  # features outside the vocabulary
         rows = np.fromiter(counts.keys(), dtype=np.int64, count=len(counts))
         tf = 1.0 + np.log(np.fromiter(counts.values(), dtype=np.float32, count=len(counts)))
         values = tf * self._idf[rows]

@@ -119,11 +119,11 @@ def split_windows(
 def pad_rows(rows: Sequence[Sequence[int]], pad_id: int) -> dict[str, torch.Tensor]:
     """Right-pad token rows into `input_ids` / `attention_mask` / `token_type_ids` tensors."""
     width = max((len(r) for r in rows), default=0)
-    input_ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-    attention = torch.zeros((len(rows), width), dtype=torch.long)
-    for i, row in enumerate(rows):
-        input_ids[i, : len(row)] = torch.tensor(row, dtype=torch.long)
-        attention[i, : len(row)] = 1
+    # one tensor built from padded lists: a copy per row costs more than the rows' ints
+    padded = [[*row, *([pad_id] * (width - len(row)))] for row in rows]
+    input_ids = torch.tensor(padded, dtype=torch.long).reshape(len(rows), width)
+    lengths = torch.tensor([len(row) for row in rows], dtype=torch.long)
+    attention = (torch.arange(width).unsqueeze(0) < lengths.unsqueeze(1)).long()
     return {
         "input_ids": input_ids,
         "attention_mask": attention,

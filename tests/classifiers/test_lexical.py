@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
+import re
+import string
 from collections.abc import Callable
 from pathlib import Path
 
@@ -25,6 +28,7 @@ from classifiers.lexical import (
     mix_probs,
     save_lexical,
     tokens,
+    words_of,
 )
 from classifiers.lexical_training import (
     best_mix,
@@ -60,6 +64,16 @@ def test_tokens_are_lower_cased_words_and_word_pairs() -> None:
     assert tokens("Fix THIS, code!") == ["fix", "this", "code", "fix this", "this code"]
     assert tokens("") == []
     assert len(tokens("a " * MAX_CHARS)) == 2 * (MAX_CHARS // 2) - 1
+
+
+def test_words_are_the_regex_word_runs_for_ascii_and_unicode_text() -> None:
+    """The ASCII fast path splits exactly where `\\w+` does (features must not change)."""
+    rng = random.Random(7)
+    alphabet = string.printable + "éÜß_€ñ日本"
+    for _ in range(2000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randrange(0, 60)))
+        assert words_of(text) == re.findall(r"\w+", text.lower()), repr(text)
+    assert words_of("Don't PANIC: x_1+y2") == ["don", "t", "panic", "x_1", "y2"]
 
 
 def test_vocabulary_keeps_frequent_features_in_a_stable_order() -> None:
