@@ -1,6 +1,7 @@
 """One batching queue per model, with its workers and CPU thread budget (`classifiers.threads`).
 
-Logs one JSON `classifier_queue_ready` line per queue (queue, device, workers, threads).
+Logs one JSON `classifier_queue_ready` line per queue (queue, device, workers, threads, and
+whether the fast tokenizer tokenizes a batch in parallel).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any
 from classifiers.api import ClassifierSettings
 from classifiers.batching import BatchCallback, BatchQueue, StageReporter, TimingCallback
 from classifiers.runners import EncoderRequest
-from classifiers.threads import PARALLEL_MIN_CHARS, queue_threads
+from classifiers.threads import PARALLEL_MIN_CHARS, queue_threads, tokenizer_parallelism
 
 
 def classifier_queue(
@@ -29,7 +30,8 @@ def classifier_queue(
     """One batching queue with its workers and CPU thread budget (see `classifiers.threads`)."""
     plan = queue_threads(device, settings.batching.workers)
     fields = {"event": "classifier_queue_ready", "queue": name, "device": device,
-              "workers": plan.workers, "threads": plan.threads}
+              "workers": plan.workers, "threads": plan.threads,
+              "tokenizer_parallel": tokenizer_parallelism(device)}
     log.info(json.dumps(fields), extra=fields)
     return BatchQueue(
         name, runner, settings.batching, workers=plan.workers, threads=plan.threads,

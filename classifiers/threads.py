@@ -5,10 +5,16 @@ per thread), so each queue worker sets its own before each batch (`BatchQueue`'s
 The process's budget is read once, before any worker lowers its own: torch also keeps the last
 value set as the default that threads started later begin with. On CUDA a queue has one worker
 and never touches the CPU thread settings.
+
+Tokenizing (Rust, GIL released) is the host's largest cost per long prompt once a GPU runs the
+transformer: `tokenizer_parallelism` lets the fast tokenizer spread a batch's texts over the
+cores (`TOKENIZERS_PARALLELISM`) when a queue is on CUDA, and keeps it serial on CPU, where the
+queue workers already own the cores. An operator's own setting of the variable wins.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -51,3 +57,18 @@ def queue_threads(device: str, workers: int) -> QueueThreads:
     budget = cpu_thread_budget()
     chosen = min(budget, MAX_AUTO_WORKERS) if workers == 0 else min(workers, budget)
     return QueueThreads(chosen, budget, torch.set_num_threads)
+
+
+TOKENIZERS_PARALLELISM = "TOKENIZERS_PARALLELISM"
+
+
+def tokenizer_parallelism(device: str, env: dict[str, str] | None = None) -> bool:
+    """Whether fast tokenizers tokenize a batch's texts in parallel, deciding it for the
+    process when the operator has not: on for a CUDA queue, off on CPU. The tokenizers library
+    reads the variable on every batch call, so setting it here takes effect at once."""
+    environ = os.environ if env is None else env
+    chosen = environ.get(TOKENIZERS_PARALLELISM)
+    if chosen is None:
+        chosen = "false" if torch.device(device).type == "cpu" else "true"
+        environ[TOKENIZERS_PARALLELISM] = chosen
+    return chosen.strip().lower() not in ("", "0", "f", "false", "n", "no", "off")

@@ -92,7 +92,8 @@ def test_binding_lines_are_json(built: tuple[SignalEngine, list[str]]) -> None:
     queues = [json.loads(m) for m in messages if '"classifier_queue_ready"' in m]
     budget = cpu_thread_budget()
     assert queues == [{"event": "classifier_queue_ready", "queue": "encoder", "device": "cpu",
-                       "workers": min(budget, MAX_AUTO_WORKERS), "threads": budget}]
+                       "workers": min(budget, MAX_AUTO_WORKERS), "threads": budget,
+                       "tokenizer_parallel": False}]  # CPU (and the tests' own setting)
     assert not [m for m in messages if "encoder_trace_skipped" in m]
 
 

@@ -7,7 +7,13 @@ import threading
 import pytest
 import torch
 
-from classifiers.threads import MAX_AUTO_WORKERS, cpu_thread_budget, queue_threads
+from classifiers.threads import (
+    MAX_AUTO_WORKERS,
+    TOKENIZERS_PARALLELISM,
+    cpu_thread_budget,
+    queue_threads,
+    tokenizer_parallelism,
+)
 
 
 def test_cuda_queues_have_one_worker_and_leave_cpu_threads_alone() -> None:
@@ -56,3 +62,19 @@ def test_a_workers_thread_count_is_its_own() -> None:
         assert torch.get_num_threads() == budget  # this thread kept its own
     finally:
         torch.set_num_threads(budget)  # the default for threads started later
+
+
+@pytest.mark.parametrize(("device", "parallel"), [("cpu", False), ("cuda", True), ("cuda:1", True)])
+def test_tokenizer_parallelism_is_decided_by_device_when_unset(device: str, parallel: bool) -> None:
+    env: dict[str, str] = {}
+    assert tokenizer_parallelism(device, env) is parallel
+    assert env == {TOKENIZERS_PARALLELISM: "true" if parallel else "false"}  # for the library
+
+
+@pytest.mark.parametrize(("value", "parallel"), [("true", True), ("1", True), ("false", False),
+                                                 ("OFF", False), ("", False)])
+def test_an_operators_tokenizer_parallelism_wins(value: str, parallel: bool) -> None:
+    for device in ("cpu", "cuda"):
+        env = {TOKENIZERS_PARALLELISM: value}
+        assert tokenizer_parallelism(device, env) is parallel
+        assert env == {TOKENIZERS_PARALLELISM: value}
