@@ -22,12 +22,14 @@ every finding needs a value that matches a pattern and passes its validator.
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
 from classifiers import phones, ssn
+from classifiers.scan import CHUNK_CHARS, ScanBudget, windows
 
 ENTITY_TYPES: tuple[str, ...] = (
     "EMAIL_ADDRESS",
@@ -162,7 +164,10 @@ class PiiDetector:
     """
 
     def __init__(
-        self, entity_types: Collection[str] | None = None, min_score: float = DEFAULT_MIN_SCORE
+        self,
+        entity_types: Collection[str] | None = None,
+        min_score: float = DEFAULT_MIN_SCORE,
+        chunk_chars: int = CHUNK_CHARS,
     ) -> None:
         chosen = tuple(ENTITY_TYPES if entity_types is None else entity_types)
         unknown = sorted(set(chosen) - set(ENTITY_TYPES))
@@ -170,12 +175,36 @@ class PiiDetector:
             raise ValueError(f"unknown PII entity types {unknown}; known: {list(ENTITY_TYPES)}")
         self.entity_types: tuple[str, ...] = chosen
         self.min_score = min_score
+        self.chunk_chars = chunk_chars
         self._recognizers = _build_recognizers(chosen)
 
-    def detect(self, text: str) -> tuple[PiiFinding, ...]:
-        """Non-overlapping findings in `text`, ordered by start offset."""
+    def detect(self, text: str, budget: ScanBudget | None = None) -> tuple[PiiFinding, ...]:
+        """Non-overlapping findings in `text`, ordered by start offset.
+
+        A text longer than `chunk_chars` is scanned in overlapping windows
+        (`classifiers.scan`), with the same findings as one pass over it: `budget`, when
+        given, is checked before each window and raises `ClassifierTimeout` or
+        `ScanCancelled` to stop the scan."""
         if not text:
             return ()
+        if len(text) <= self.chunk_chars:
+            if budget is not None:
+                budget.check()
+            return _resolve_overlaps(self._candidates(text))
+        candidates: list[PiiFinding] = []
+        for part in windows(text, self.chunk_chars):
+            if budget is not None:
+                budget.check()
+            offset = part.start
+            for found in self._candidates(text[part.start : part.end]):
+                start = found.start + offset
+                if part.own_start <= start < part.own_end:  # each span from one window only
+                    candidates.append(
+                        PiiFinding(found.entity_type, start, found.end + offset, found.score))
+        return _resolve_overlaps(candidates)
+
+    def _candidates(self, text: str) -> list[PiiFinding]:
+        """Every finding at or above `min_score` in `text`, overlapping ones included."""
         lowered = text.lower()
         gate = "PHONE_NUMBER" in self.entity_types and bool(_PHONE_CANDIDATE.search(text))
         candidates: list[PiiFinding] = []
@@ -203,7 +232,7 @@ class PiiDetector:
         if gate:  # dialled shapes libphonenumber rejects, bare runs next to a phone word
             for start, end, score, context in phones.find_phones(text, lowered):
                 candidates.append(self._finding("PHONE_NUMBER", start, end, score, context))
-        return _resolve_overlaps([c for c in candidates if c.score >= self.min_score])
+        return [c for c in candidates if c.score >= self.min_score]
 
     @staticmethod
     def _finding(entity_type: str, start: int, end: int, score: float, context: bool) -> PiiFinding:
@@ -213,9 +242,19 @@ class PiiDetector:
 
 
 def _resolve_overlaps(candidates: list[PiiFinding]) -> tuple[PiiFinding, ...]:
-    """Greedy: highest score first (then longest span); drop anything overlapping a kept one."""
+    """Greedy: highest score first (then longest span); drop anything overlapping a kept one.
+
+    Kept spans never overlap, so sorted by start they are sorted by end too: a candidate
+    overlaps one of them iff the last kept span starting before its end ends after its start
+    (a bisection, not a scan of every kept span: texts with many values stay linear-ish)."""
     kept: list[PiiFinding] = []
+    starts: list[int] = []
+    ends: list[int] = []
     for finding in sorted(candidates, key=lambda f: (-f.score, f.start - f.end, f.start)):
-        if all(finding.end <= k.start or finding.start >= k.end for k in kept):
-            kept.append(finding)
+        index = bisect.bisect_left(starts, finding.end)
+        if index and ends[index - 1] > finding.start:
+            continue
+        kept.append(finding)
+        starts.insert(index, finding.start)
+        ends.insert(index, finding.end)
     return tuple(sorted(kept, key=lambda f: f.start))

@@ -48,19 +48,33 @@ def needed_signals(config: RouterConfig) -> frozenset[str]:
     return needed | {config.pii_signal} if config.pii_signal else needed
 
 
+def _model_object(name: str, created: int) -> dict[str, object]:
+    return {"id": name, "object": "model", "created": created, "owned_by": "semantic-router"}
+
+
+def scan_timeout_s(config: RouterConfig) -> float:
+    """How long a PII or language scan may take: the classifier timeout, but at most half of
+    Envoy's message timeout, so parsing and the learned signals still fit in the rest and a
+    huge text gets its signal's ``on_error`` answer instead of Envoy's 504."""
+    return min(config.classifiers.batching.timeout_ms,
+               config.router.message_timeout_ms / 2) / 1000
+
+
 def build_state(
     config: RouterConfig, metrics: RouterMetrics, engine: LearnedEngine | None
 ) -> RouterState:
     evaluator = SignalEvaluator(
         config.signals, needed_signals(config), engine, on_signal_error=metrics.signal_error,
-        on_windows=metrics.classifier_windows,
+        on_windows=metrics.classifier_windows, scan_timeout_s=scan_timeout_s(config),
     )
     created = int(time.time())
-    objects = {
-        name: {"id": name, "object": "model", "created": created, "owned_by": "semantic-router"}
-        for name in config.public_model_names
-    }
+    objects = {name: _model_object(name, created) for name in config.public_model_names}
     models_body = json.dumps({"object": "list", "data": list(objects.values())}).encode()
+    # Chat also accepts a model's (unambiguous) provider id, so retrieving it finds it too;
+    # the list names each model once, by its public name.
+    retrievable = {
+        name: _model_object(name, created) for name in config.by_provider_id if name not in objects
+    } | objects
     return RouterState(
         config=config,
         evaluator=evaluator,
@@ -70,6 +84,6 @@ def build_state(
         models_body=models_body,
         backend_auth=backend_auth(config),
         model_bodies=MappingProxyType(
-            {name: json.dumps(obj).encode() for name, obj in objects.items()}
+            {name: json.dumps(obj).encode() for name, obj in retrievable.items()}
         ),
     )

@@ -248,9 +248,14 @@ def _openai_error(message: str, error_type: str, code: str | None) -> dict[str, 
 
 
 def local_reply_config(config: RouterConfig) -> dict[str, Any]:
-    """Envoy's own local replies (413 from its buffer, 5xx when a backend or the router is
-    unreachable) get the OpenAI error shape too. The router's replies carry the details
-    ``IMMEDIATE_DETAILS`` and are left as they are."""
+    """Envoy's own local replies (413 from its buffer, 4xx for requests it refuses to parse,
+    5xx when a backend or the router is unreachable) get the OpenAI error shape too. The
+    router's replies carry the details ``IMMEDIATE_DETAILS`` and are left as they are.
+
+    Envoy's reply body is empty for some (a path it cannot normalize, such as one with a
+    '#fragment'; an unknown cluster) and a mapper cannot test for that, so the generic
+    messages are fixed text naming Envoy's response code details (``http1.codec_error``,
+    ``no_healthy_upstream``), never an empty string."""
     ours = f"response.code_details != '{IMMEDIATE_DETAILS}'"
     limit = config.listener.max_request_bytes
     auth = [
@@ -272,9 +277,11 @@ def local_reply_config(config: RouterConfig) -> dict[str, Any]:
              "the semantic router is unavailable; retry shortly", "server_error",
              "router_unavailable")},
         {"filter": _cel(f"{ours} && response.code >= 500"),
-         "body_format_override": _openai_error("%LOCAL_REPLY_BODY%", "server_error",
-                                               "upstream_unavailable")},
+         "body_format_override": _openai_error(
+             "the upstream is unavailable (%RESPONSE_CODE_DETAILS%)", "server_error",
+             "upstream_unavailable")},
         {"filter": _cel(f"{ours} && response.code >= 400"),
-         "body_format_override": _openai_error("%LOCAL_REPLY_BODY%", "invalid_request_error",
-                                               None)},
+         "body_format_override": _openai_error(
+             "the proxy refused the request (%RESPONSE_CODE_DETAILS%)",
+             "invalid_request_error", "request_rejected")},
     ]}

@@ -29,6 +29,7 @@ from extproc.names import (
     DEBUG_HEADER,
     DECISION_HEADER,
     EXPLICIT_DECISION,
+    MAX_REQUEST_HEADERS_KB,
     METADATA_NAMESPACE,
     MODEL_HEADER,
 )
@@ -88,19 +89,36 @@ def _route_action() -> dict[str, Any]:
     }
 
 
-def one_message_routes() -> list[dict[str, Any]]:
-    """POSTs to the OpenAI endpoints that announce a non-empty body: one ext_proc message
-    (see ``one_message_override``). Anything else (no content-length, e.g. chunked uploads;
-    other methods, which the router answers with 405) takes the catch-all route and its
-    headers phase."""
+def at_most_regex(limit: int) -> str:
+    """An RE2 regex (Envoy matches it whole) for the decimal numbers 1 to ``limit``, written
+    as clients send a content-length: no sign, no leading zeros."""
+    digits = str(limit)
+    width = len(digits)
+    alternatives = [f"[1-9][0-9]{{0,{width - 2}}}"] if width > 1 else []  # fewer digits
+    for i, digit in enumerate(digits):  # equal so far, then a smaller digit, then any digits
+        low, high = (1 if i == 0 else 0), int(digit) - 1
+        if high >= low:
+            rest = width - i - 1
+            any_digits = f"[0-9]{{{rest}}}" if rest else ""
+            alternatives.append(f"{digits[:i]}[{low}-{high}]{any_digits}")
+    return "|".join([*alternatives, digits])
+
+
+def one_message_routes(max_request_bytes: int) -> list[dict[str, Any]]:
+    """POSTs to the OpenAI endpoints that announce a non-empty body within the limit: one
+    ext_proc message (see ``one_message_override``). Anything else takes the catch-all route
+    and its headers phase: no content-length (chunked uploads), other methods (the router
+    answers 405) and a declared length over ``max_request_bytes``, which the router answers
+    with 413 from the headers alone (on a one-message route it would hear of the request only
+    once Envoy had read the whole body)."""
     return [
         {
             "match": {
                 "path": path,  # Envoy compares it with the query string removed
                 "headers": [
                     {"name": ":method", "string_match": {"exact": "POST"}},
-                    {"name": "content-length",
-                     "string_match": {"safe_regex": {"regex": "[1-9][0-9]{0,17}"}}},
+                    {"name": "content-length", "string_match": {
+                        "safe_regex": {"regex": at_most_regex(max_request_bytes)}}},
                 ],
             },
             "route": _route_action(),
@@ -112,7 +130,8 @@ def one_message_routes() -> list[dict[str, Any]]:
 
 def virtual_host(config: RouterConfig) -> dict[str, Any]:
     decisions = sorted({d.name for d in config.decisions} | {"default", EXPLICIT_DECISION})
-    fast = one_message_routes() if one_message_routing(config) else []
+    limit = config.listener.max_request_bytes
+    fast = one_message_routes(limit) if one_message_routing(config) else []
     return {
         "name": VIRTUAL_HOST,
         "domains": ["*"],
@@ -150,6 +169,7 @@ def listener(config: RouterConfig, secrets: Secrets | None = None) -> dict[str, 
                             "http_connection_manager.v3.HttpConnectionManager",
                             "stat_prefix": LISTENER_NAME,
                             "codec_type": "AUTO",
+                            "max_request_headers_kb": MAX_REQUEST_HEADERS_KB,
                             "access_log": [
                                 {
                                     "name": "envoy.access_loggers.stdout",

@@ -32,6 +32,9 @@ _LATENCY_BUCKETS = (
 )
 
 
+STREAM_STATUSES = ("ok", "invalid_message", "internal_error", "cancelled")
+
+
 class RouterMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
@@ -61,7 +64,8 @@ class RouterMetrics:
         )
         self._signal_errors = Counter(
             "semantic_router_signal_errors",
-            "Learned signals that failed, by kind and the on_error outcome applied",
+            "Signals that failed (a classifier or a PII/language scan timed out or broke), "
+            "by kind and the on_error outcome applied",
             ["signal", "kind", "outcome"],
             registry=self.registry,
         )
@@ -75,10 +79,13 @@ class RouterMetrics:
             ["decision"], registry=self.registry)
         self._streams = Counter(
             "semantic_router_extproc_streams",
-            "ext_proc streams by how they ended",
+            "ext_proc streams by how they ended (ok, invalid_message, internal_error, "
+            "cancelled: Envoy reset the stream, e.g. at its message timeout)",
             ["status"],
             registry=self.registry,
         )
+        for status in STREAM_STATUSES:  # exported at 0, so increase() sees the first one
+            self._stream_children[status] = self._streams.labels(status)
 
         self._classifier_seconds = Histogram(
             "semantic_router_classifier_seconds",
@@ -147,7 +154,7 @@ class RouterMetrics:
 
     def stream_ended(self, status: str) -> None:
         child = self._stream_children.get(status)
-        if child is None:  # a fixed set (ok, invalid_message, internal_error)
+        if child is None:  # a fixed set (STREAM_STATUSES)
             child = self._stream_children[status] = self._streams.labels(status)
         child.inc()
 

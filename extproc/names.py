@@ -35,6 +35,10 @@ DEFAULT_ENVOY_ADMIN: Final = "127.0.0.1:9901"
 DEFAULT_GRPC: Final = "127.0.0.1:50051"
 DEFAULT_ADMIN_HTTP: Final = "127.0.0.1:8080"
 
+MAX_REQUEST_HEADERS_KB: Final = 60
+"""Envoy's limit on a request's headers (its default, rendered explicitly); the simulated
+backend accepts lines this long, so whatever Envoy forwards reaches its handlers."""
+
 IMMEDIATE_DETAILS: Final = "semantic_router"
 """Response code details on the router's own replies (Envoy access logs show them)."""
 

@@ -89,6 +89,12 @@ _SPAN_KEYS = frozenset({"model", "messages"})
 _TEXT_PARTS = frozenset({"text", "input_text", "output_text"})
 # null content is valid only for assistant turns (tool calls) and tool results
 _CONTENT_REQUIRED = frozenset({"user", "system", "developer"})
+# The roles OpenAI accepts, case-sensitive as it is: guards that read the user turns
+# (text_source all_user) must not be sidestepped by "User" or "wizard".
+CHAT_ROLES = ("system", "developer", "user", "assistant", "tool", "function")
+RESPONSES_ROLES = ("user", "assistant", "system", "developer")
+_CHAT_ROLES = frozenset(CHAT_ROLES)
+_RESPONSES_ROLES = frozenset(RESPONSES_ROLES)
 # JSON escapes can spell a lone surrogate ("\ud800"): a valid body whose text cannot be
 # encoded, which the tokenizers reject (failing the whole classifier batch it lands in).
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
@@ -303,9 +309,7 @@ def _messages(value: Any) -> tuple[Message, ...]:
     for i, item in enumerate(value):
         if not isinstance(item, dict):
             raise BadRequest(f"messages[{i}] must be an object", param=f"messages[{i}]")
-        role = item.get("role")
-        if not isinstance(role, str) or not role:
-            raise BadRequest(f"messages[{i}].role must be a string", param=f"messages[{i}].role")
+        role = _role(item.get("role"), f"messages[{i}].role", CHAT_ROLES, _CHAT_ROLES)
         content = item.get("content")
         if content is None and role in _CONTENT_REQUIRED:
             raise BadRequest(f"messages[{i}].content must be a string or an array of parts",
@@ -330,12 +334,23 @@ def _responses_input(value: Any, instructions: Any) -> tuple[Message, ...]:
         if not isinstance(item, dict):
             raise BadRequest(f"input[{i}] must be an object", param=f"input[{i}]")
         role = item.get("role")
-        if role is None:
-            continue  # function_call, function_call_output, reasoning items
-        if not isinstance(role, str):
-            raise BadRequest(f"input[{i}].role must be a string", param=f"input[{i}].role")
+        kind = item.get("type")
+        if role is None and kind is not None and kind != "message":
+            continue  # function_call, function_call_output, reasoning: no text to classify
+        role = _role(role, f"input[{i}].role", RESPONSES_ROLES, _RESPONSES_ROLES)
         out.append(Message(role, _content_text(item.get("content"), f"input[{i}].content")))
     return tuple(out)
+
+
+def _role(role: Any, param: str, names: tuple[str, ...], allowed: frozenset[str]) -> str:
+    """``role`` if OpenAI accepts it; a 400 naming ``param`` (as OpenAI's) otherwise."""
+    if not isinstance(role, str):
+        raise BadRequest(f"{param} must be a string", param=param)
+    if role not in allowed:
+        supported = ", ".join(f"'{name}'" for name in names)
+        raise BadRequest(f"Invalid value for {param}: '{role[:100]}'. "
+                         f"Supported values are: {supported}.", param=param)
+    return role
 
 
 def _content_text(content: Any, param: str) -> str:

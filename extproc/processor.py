@@ -12,6 +12,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Final
+from urllib.parse import unquote
 
 from classifiers.api import Overloaded
 from extproc import envoy_adapter as adapter
@@ -69,6 +70,8 @@ class Route:
     debug: str = ""
     pii: frozenset[str] = frozenset()
     """PII entity types found (only when a pii signal ran)."""
+    signal_errors: tuple[tuple[str, str], ...] = ()
+    """(signal, error kind) for each signal that failed and took its ``on_error``."""
 
 
 _HEADER_ATTRIBUTES: Final = tuple(HEADER_ATTRIBUTES.items())
@@ -97,6 +100,11 @@ class StreamProcessor:
         the call itself (Envoy otherwise resets it, and grpcio leaks a little per reset)."""
         self.route: Route | None = None
         self._counted = False  # semantic_router_requests_total counts each request once
+
+    @property
+    def request_id(self) -> str:
+        """The request's x-request-id; empty before its headers were read or without one."""
+        return self._request_id
 
     async def handle(self, message: RequestMessage) -> bytes:
         """The response bytes for one message; a ``RouterError`` becomes an OpenAI error."""
@@ -179,7 +187,9 @@ class StreamProcessor:
         if encoding not in ("", "identity"):
             raise UnsupportedMediaType(f"content encoding '{encoding[:100]}' is not supported")
         length = get("content-length", "")
-        if length.isdigit() and int(length) > self._config.listener.max_request_bytes:
+        # ASCII only: "²".isdigit() is true, but int() refuses it
+        limit = self._config.listener.max_request_bytes
+        if length.isascii() and length.isdigit() and int(length) > limit:
             raise self._too_large()
 
     def _too_large(self) -> PayloadTooLarge:
@@ -189,7 +199,10 @@ class StreamProcessor:
     def _models(self, method: str, path: str) -> bytes:
         if method not in ("GET", "HEAD"):
             raise MethodNotAllowed(f"{MODELS_PATH} only supports GET", headers={"allow": "GET"})
-        name = path[len(_MODELS_PREFIX) :]
+        # SDKs percent-encode the id (retrieve("vllm-sr/auto") asks for vllm-sr%2Fauto). It is
+        # decoded once and only looked up among the configured names, so whatever it decodes
+        # to (NUL, "/..", invalid UTF-8 as U+FFFD) is just an unknown model.
+        name = unquote(path[len(_MODELS_PREFIX) :])
         bodies = self._state.model_bodies
         body = self._state.models_body if path == MODELS_PATH else bodies.get(name)
         if body is None:
@@ -297,11 +310,14 @@ class StreamProcessor:
         metrics.routed(route.outcome, route.reason, route.decision, route.model)
         for name in route.shadowed:
             metrics.shadowed(name)
-        self._logger.info("routed", extra={
+        fields = {
             "request_id": self._request_id, "decision": route.decision, "model": route.model,
             "outcome": route.outcome, "reason": route.reason, "shadowed": list(route.shadowed),
             "requested": request.model[:200], "stream": request.stream,
-            "parse_ms": round(parse_s * 1000, 3), "route_ms": round(route_s * 1000, 3)})
+            "parse_ms": round(parse_s * 1000, 3), "route_ms": round(route_s * 1000, 3)}
+        if route.signal_errors:  # even when another signal decided: a failure is never silent
+            fields["signal_errors"] = dict(route.signal_errors)
+        self._logger.info("routed", extra=fields)
 
     async def _route(self, request: OpenAIRequest) -> Route:
         config = self._config
@@ -312,12 +328,16 @@ class StreamProcessor:
                     f"The model '{request.model[:200]}' does not exist.", param="model"
                 )
             pii: frozenset[str] = frozenset()
+            errors: tuple[tuple[str, str], ...] = ()
             if target.pii_allowed is not None and config.pii_signal is not None:
                 found = await self._state.evaluator.pii(
                     config.pii_signal, request.classifier_text(self._state.text_source),
                     request.classifier_text_for)
                 pii = found.labels if found is not None else frozenset()
-            return Route(EXPLICIT_DECISION, target.name, "explicit", pii=pii)
+                if found is not None and found.error:
+                    errors = ((found.name, found.error),)
+            return Route(EXPLICIT_DECISION, target.name, "explicit", pii=pii,
+                         signal_errors=errors)
         text = request.classifier_text(self._state.text_source)
         evaluator = self._state.evaluator
         tokens = estimate_tokens(request.total_text_length()) if evaluator.needs_tokens else 0
@@ -330,15 +350,17 @@ class StreamProcessor:
             return Route(DEFAULT_DECISION, default, "unclassified", "overloaded")
         outcome = self._state.decide(results)
         debug = debug_summary(outcome.decision, results) if self._debug else ""
+        errors = tuple((r.name, r.error) for r in results.values() if r.error)
         if config.router.mode == "shadow":
             return Route(outcome.decision, outcome.model or "", "shadow",
-                         shadowed=(*outcome.shadowed, outcome.decision), debug=debug)
+                         shadowed=(*outcome.shadowed, outcome.decision), debug=debug,
+                         signal_errors=errors)
         reason = ""
         if outcome.plugins.block is not None:
             kind = "blocked"
         elif outcome.matched:
             kind = "routed"
-        elif failed := sorted({r.error for r in results.values() if r.error}):
+        elif failed := sorted({error for _, error in errors}):
             # the default model because a signal could not say: never silent
             kind, reason = "unclassified", failed[0]
         else:
@@ -346,7 +368,8 @@ class StreamProcessor:
         pii_result = results.get(config.pii_signal) if config.pii_signal else None
         return Route(outcome.decision, outcome.model or "", kind, reason, plugins=outcome.plugins,
                      shadowed=outcome.shadowed, debug=debug,
-                     pii=pii_result.labels if pii_result is not None else frozenset())
+                     pii=pii_result.labels if pii_result is not None else frozenset(),
+                     signal_errors=errors)
 
     def on_response_headers(self) -> bytes:
         self.finished = True  # response bodies are never sent to the router

@@ -5,11 +5,15 @@ The servicer only dispatches: it reads each message through the adapter, hands i
 stream's ``StreamProcessor`` and sends back bytes. Errors are mapped here, once: an unreadable
 message ends the stream with INVALID_ARGUMENT (Envoy then applies its failure mode); an
 unexpected bug answers that request with an OpenAI-style 500 and keeps the router alive.
+A stream Envoy cancels (its message timeout fired, or the client went away) is counted as
+``cancelled`` and logged once with the request id, the phase it was in and its age.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -19,6 +23,7 @@ from grpc_health.v1._async import HealthServicer
 
 from extproc import envoy_adapter as adapter
 from extproc.context import RouterState
+from extproc.envoy_adapter import Phase
 from extproc.errors import error_body
 from extproc.names import EXT_PROC_SERVICE, IMMEDIATE_DETAILS
 from extproc.processor import READ_HEADERS, StreamProcessor
@@ -29,6 +34,9 @@ _INTERNAL = adapter.immediate_response(
     {"content-type": "application/json"},
     IMMEDIATE_DETAILS,
 )
+
+
+_RESET_GRACE_S = 0.005
 
 
 class StateHolder:
@@ -49,6 +57,8 @@ class ExtProcServicer:
         state = self._holder.state
         processor = StreamProcessor(state, self._logger)
         status = "ok"
+        started = time.perf_counter()
+        phase: Phase | None = None  # the message being answered; None between messages
         stream = requests.__aiter__()
         try:
             async for raw in stream:
@@ -59,6 +69,7 @@ class ExtProcServicer:
                     self._logger.warning("unreadable ext_proc message", extra={"error": str(err)})
                     await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "unreadable message")
                     return
+                phase = message.phase
                 try:
                     response = await processor.handle(message)
                 except Exception:
@@ -66,9 +77,21 @@ class ExtProcServicer:
                     self._logger.exception("request processing failed")
                     response = _INTERNAL
                     processor.finished = True
+                phase = None
                 yield response
                 if processor.finished:
                     return  # end the call with OK rather than wait for Envoy's reset
+            if not processor.finished:
+                # The stream ended before the exchange did. A reset between messages ends
+                # grpc.aio's request stream as a half-close does; its cancellation follows
+                # from a separate completion: give it a moment to land here, to be counted
+                # (only streams that end before their last answer wait for it).
+                await asyncio.sleep(_RESET_GRACE_S)
+        except (asyncio.CancelledError, GeneratorExit):
+            if not processor.finished:  # Envoy may reset as soon as it has the last answer
+                status = "cancelled"
+                self._log_cancelled(processor, phase, time.perf_counter() - started)
+            raise
         finally:
             state.metrics.stream_ended(status)
             # grpc.aio reads through an async generator; left open when we end the call
@@ -77,6 +100,18 @@ class ExtProcServicer:
             aclose = getattr(stream, "aclose", None)
             if aclose is not None:
                 await aclose()
+
+    def _log_cancelled(
+        self, processor: StreamProcessor, phase: Phase | None, elapsed_s: float
+    ) -> None:
+        """A warning when Envoy gave up while a message was being answered (the router was
+        too slow: Envoy answered the client itself, usually 504); info when it ended the
+        stream between messages. Never the request's content or headers but its id."""
+        level = logging.WARNING if phase is not None else logging.INFO
+        self._logger.log(level, "stream cancelled", extra={
+            "request_id": processor.request_id,
+            "phase": phase.value if phase is not None else "between_messages",
+            "elapsed_ms": round(elapsed_s * 1000, 1)})
 
     def handler(self) -> grpc.GenericRpcHandler:
         method = grpc.stream_stream_rpc_method_handler(self.process)  # raw bytes both ways

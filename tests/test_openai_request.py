@@ -8,6 +8,7 @@ import pytest
 
 from extproc.errors import BadRequest, error_body
 from extproc.openai_request import (
+    CHAT_ROLES,
     RECENT_MIN_CHARS,
     Endpoint,
     Message,
@@ -17,6 +18,7 @@ from extproc.openai_request import (
 
 CHAT = Endpoint.CHAT
 COMPLETIONS = Endpoint.COMPLETIONS
+RESPONSES = Endpoint.RESPONSES
 
 
 def body(**fields: object) -> bytes:
@@ -105,6 +107,25 @@ def test_recent_user_stops_once_the_text_is_long_enough() -> None:
 def test_last_user_without_user_message_uses_the_last_message() -> None:
     raw = body(model="m", messages=[{"role": "system", "content": "only system"}])
     assert parse_request(raw, CHAT).classifier_text(TextSource.LAST_USER) == "only system"
+
+
+def test_every_openai_chat_role_is_accepted() -> None:
+    messages = [{"role": role, "content": role} for role in CHAT_ROLES]
+    request = parse_request(body(model="m", messages=messages), CHAT)
+    assert request.messages == tuple(Message(role, role) for role in CHAT_ROLES)
+
+
+def test_responses_input_items() -> None:
+    raw = body(model="m", instructions="Be brief.", input=[
+        {"role": "developer", "content": "dev"},
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "q"}]},
+        {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "output": "42"},
+        {"role": "assistant", "content": "a"},
+    ])
+    assert parse_request(raw, RESPONSES).messages == (
+        Message("system", "Be brief."), Message("developer", "dev"), Message("user", "q"),
+        Message("assistant", "a"))
 
 
 @pytest.mark.parametrize(
@@ -247,6 +268,26 @@ BAD = [
      CHAT, "messages[1].role", "must be a string"),
     ("role number", b'{"model":"m","messages":[{"role":1,"content":"a"}]}', CHAT,
      "messages[0].role", "must be a string"),
+    # OpenAI's roles, case-sensitive: a guard reading user turns must see every message
+    ("role capitalised", b'{"model":"m","messages":[{"role":"User","content":"a"}]}', CHAT,
+     "messages[0].role", "Invalid value for messages[0].role: 'User'. Supported values are: "
+     "'system', 'developer', 'user', 'assistant', 'tool', 'function'."),
+    ("role unknown",
+     b'{"model":"m","messages":[{"role":"user","content":"a"},{"role":"wizard","content":"b"}]}',
+     CHAT, "messages[1].role", "Invalid value for messages[1].role: 'wizard'"),
+    ("role empty", b'{"model":"m","messages":[{"role":"","content":"a"}]}', CHAT,
+     "messages[0].role", "Invalid value for messages[0].role: ''"),
+    ("responses role tool", b'{"model":"m","input":[{"role":"tool","content":"a"}]}', RESPONSES,
+     "input[0].role", "Invalid value for input[0].role: 'tool'"),
+    ("responses role capitalised", b'{"model":"m","input":[{"role":"USER","content":"a"}]}',
+     RESPONSES, "input[0].role", "Invalid value for input[0].role: 'USER'"),
+    ("responses message without role",
+     b'{"model":"m","input":[{"type":"message","content":"a"}]}', RESPONSES, "input[0].role",
+     "must be a string"),
+    ("responses item without type or role", b'{"model":"m","input":[{"content":"a"}]}',
+     RESPONSES, "input[0].role", "must be a string"),
+    ("responses role number", b'{"model":"m","input":[{"role":2,"content":"a"}]}', RESPONSES,
+     "input[0].role", "must be a string"),
     ("user content null", b'{"model":"m","messages":[{"role":"user","content":null}]}', CHAT,
      "messages[0].content", "string or an array"),
     ("system content missing", b'{"model":"m","messages":[{"role":"system"}]}', CHAT,

@@ -13,6 +13,7 @@ import httpx
 import openai
 import pytest
 
+from extproc.names import MAX_REQUEST_HEADERS_KB
 from extproc.simulated_backend import BackendSpec, SimulatedBackend, serve_backends
 
 MODEL = "Qwen/Qwen3-0.6B"
@@ -157,6 +158,19 @@ async def test_bad_requests_are_400(backend: SimulatedBackend) -> None:
         assert resp.status_code == 400 and resp.json()["error"]["param"] == "messages"
         resp = await http.post("/v1/completions", json=[1, 2])
         assert resp.status_code == 400
+
+
+async def test_headers_as_long_as_envoy_forwards_are_accepted(backend: SimulatedBackend) -> None:
+    """aiohttp's 8190-byte default answered a long header with a plain-text 400."""
+    long_value = "a" * (MAX_REQUEST_HEADERS_KB * 1024 - 100)
+    async with httpx.AsyncClient() as http:
+        response = await http.post(
+            backend.url + "/v1/chat/completions", headers={"x-big": long_value},
+            json={"model": MODEL, "messages": [{"role": "user", "content": "hi"}]})
+        assert response.status_code == 200, response.text[:200]
+        assert backend.requests[-1].headers["x-big"] == long_value
+        long_path = await http.get(backend.url + "/health?q=" + long_value)
+        assert long_path.status_code == 200
 
 
 async def test_requests_are_bounded(backend: SimulatedBackend) -> None:

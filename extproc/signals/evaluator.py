@@ -5,15 +5,22 @@ the classifier engine in one call, so they share one encoder pass. A failed lear
 takes its configured ``on_error`` outcome and the failure is reported to ``on_signal_error``
 so it is counted, never silent. ``Overloaded`` is not handled here: the router decides what an
 overloaded classifier means for the whole request (``router.on_overload``).
+
+PII and language detectors run inline on short texts and on a worker thread for long ones,
+bounded by ``scan_timeout_s``: past it the signal fails with kind ``timeout`` like a learned
+signal whose classifier did not answer in time, and a scan whose request was cancelled (Envoy
+reset the stream) stops at its next chunk instead of running on (``classifiers.scan``).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from classifiers.api import ClassifierError, ClassifierTimeout, Overloaded, SignalScore
+from classifiers.scan import ScanBudget
 from extproc.decision import SignalResult
 from extproc.errors import ServiceUnavailable
 from extproc.signals.specs import (
@@ -30,16 +37,44 @@ if TYPE_CHECKING:
     from classifiers.pii import PiiDetector
 
 _INLINE_TEXT_CHARS = 512
+DEFAULT_SCAN_TIMEOUT_S = 1.0
 
 T = TypeVar("T")
 
 
-async def _detect(detect: Callable[[str], T], text: str) -> T:
+async def _detect(
+    detect: Callable[[str, ScanBudget | None], T], text: str, timeout_s: float
+) -> T:
     """Pattern and n-gram detectors are cheap for chat-sized text; long texts go to a thread
-    so one huge prompt cannot stall every other request on the event loop."""
-    if len(text) > _INLINE_TEXT_CHARS:
-        return await asyncio.to_thread(detect, text)
-    return detect(text)
+    so one huge prompt cannot stall every other request on the event loop. The wait is
+    bounded by ``timeout_s`` (``ClassifierTimeout``); when it ends early, on a timeout or a
+    cancellation, the budget is cancelled and the thread stops before its next chunk."""
+    if len(text) <= _INLINE_TEXT_CHARS:
+        return detect(text, None)
+    budget = ScanBudget(timeout_s)
+    try:
+        return await asyncio.wait_for(asyncio.to_thread(detect, text, budget), timeout_s)
+    except TimeoutError as err:
+        raise ClassifierTimeout(f"no result within {timeout_s * 1000:.0f} ms") from err
+    finally:
+        budget.cancel()  # nothing to stop when the scan finished
+
+
+async def _named(name: str, call: Awaitable[SignalResult]) -> dict[str, SignalResult]:
+    return {name: await call}
+
+
+async def _together(
+    calls: Sequence[Awaitable[dict[str, SignalResult]]],
+) -> list[dict[str, SignalResult]]:
+    """Every call's results, side by side. The first failure (``Overloaded``, a rejecting
+    signal) is raised and cancels the rest: a scan then stops at its next chunk."""
+    tasks = [asyncio.ensure_future(call) for call in calls]
+    try:
+        return list(await asyncio.gather(*tasks))
+    finally:
+        for task in tasks:
+            task.cancel()  # nothing to do for the finished ones
 
 
 def _language_detector(spec: LanguageSpec) -> LanguageDetector:
@@ -64,7 +99,7 @@ TextFor = Callable[[str], str]
 """The request's text for a ``text_source`` name (``last_user``, ``all_user``, ...)."""
 
 SignalErrorHook = Callable[[str, str, str], None]
-"""Called with (signal name, error kind, outcome) for each learned signal that failed."""
+"""Called with (signal name, error kind, outcome) for each signal that failed."""
 
 
 class SignalEvaluator:
@@ -75,7 +110,9 @@ class SignalEvaluator:
         engine: LearnedEngine | None,
         on_signal_error: SignalErrorHook | None = None,
         on_windows: Callable[[str, int], None] | None = None,
+        scan_timeout_s: float = DEFAULT_SCAN_TIMEOUT_S,
     ) -> None:
+        """``scan_timeout_s``: the longest a PII or language scan of one text may take."""
         self._keywords = tuple(s for s in specs if isinstance(s, KeywordSpec) and s.name in needed)
         self._lengths = tuple(
             s for s in specs if isinstance(s, ContextLengthSpec) and s.name in needed
@@ -95,6 +132,7 @@ class SignalEvaluator:
         self._engine = engine
         self._on_signal_error = on_signal_error
         self._on_windows = on_windows  # encoder windows scored per request, per signal
+        self._scan_timeout_s = scan_timeout_s
 
     @property
     def needs_classifiers(self) -> bool:
@@ -124,29 +162,50 @@ class SignalEvaluator:
         results = {s.name: s.evaluate(pick(s.text_source)) for s in self._keywords}
         for length in self._lengths:
             results[length.name] = length.evaluate(tokens)
-        for spec, detector in self._pii:
-            results[spec.name] = await self._evaluate_pii(spec, detector, pick(spec.text_source))
-        for language_spec, language_detector in self._languages:
-            results[language_spec.name] = await self._evaluate_language(
-                language_spec, language_detector, pick(language_spec.text_source))
+        # scans of long texts run on threads while the learned signals run, so a huge prompt
+        # costs the longer of the two, not their sum
+        waits = await self._scans(pick, results)
         if self._learned and self._engine is not None:
             groups: dict[str, list[LearnedSpec]] = {}
             for learned in self._learned:
                 groups.setdefault(pick(learned.text_source), []).append(learned)
-            if len(groups) == 1:
-                ((only, specs),) = groups.items()
-                results.update(await self._evaluate_learned(only, specs))
-            else:
-                for part in await asyncio.gather(
-                    *(self._evaluate_learned(t, specs) for t, specs in groups.items())
-                ):
-                    results.update(part)
+            waits.extend(self._evaluate_learned(t, specs) for t, specs in groups.items())
+        if len(waits) == 1:
+            results.update(await waits[0])
+        elif waits:
+            for part in await _together(waits):
+                results.update(part)
         return results
+
+    async def _scans(
+        self, pick: Callable[[str | None], str], results: dict[str, SignalResult]
+    ) -> list[Awaitable[dict[str, SignalResult]]]:
+        """PII and language results for short texts (inline, into ``results``); the scans of
+        long texts, to be awaited (started only once every inline one is done, so a
+        rejecting signal leaves no scan behind)."""
+        slow: list[tuple[str, Callable[[], Awaitable[SignalResult]]]] = []
+        for spec, detector in self._pii:
+            text = pick(spec.text_source)
+            if len(text) > _INLINE_TEXT_CHARS:
+                slow.append((spec.name, partial(self._evaluate_pii, spec, detector, text)))
+            else:
+                results[spec.name] = await self._evaluate_pii(spec, detector, text)
+        for language, language_detector in self._languages:
+            text = pick(language.text_source)
+            if len(text) > _INLINE_TEXT_CHARS:
+                slow.append((language.name, partial(self._evaluate_language, language,
+                                                    language_detector, text)))
+            else:
+                results[language.name] = await self._evaluate_language(
+                    language, language_detector, text)
+        return [_named(name, scan()) for name, scan in slow]
 
     async def _evaluate_language(self, spec: LanguageSpec, detector: LanguageDetector,
                                  text: str) -> SignalResult:
         try:
-            guess = await _detect(detector.detect, text)
+            guess = await _detect(detector.detect, text, self._scan_timeout_s)
+        except ClassifierTimeout:
+            return self._failed("timeout", (spec,))[spec.name]
         except Exception:  # a detector bug must take the signal's on_error path
             return self._failed("error", (spec,))[spec.name]
         return SignalResult(spec.name, guess.probability >= spec.threshold, guess.probability,
@@ -165,7 +224,9 @@ class SignalEvaluator:
 
     async def _evaluate_pii(self, spec: PiiSpec, detector: PiiDetector, text: str) -> SignalResult:
         try:
-            findings = await _detect(detector.detect, text)
+            findings = await _detect(detector.detect, text, self._scan_timeout_s)
+        except ClassifierTimeout:
+            return self._failed("timeout", (spec,))[spec.name]
         except Exception:  # a detector bug must take the signal's on_error path, not the request
             return self._failed("error", (spec,))[spec.name]
         kept = [f for f in findings if f.score >= spec.threshold]
