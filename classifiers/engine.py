@@ -255,9 +255,10 @@ class SignalEngine:
         await asyncio.gather(*(queue.close() for queue in self._queues()))
 
     async def evaluate(
-        self, text: str, names: frozenset[str] | None = None
+        self, text: str, names: frozenset[str] | None = None, timeout_s: float | None = None
     ) -> dict[str, SignalScore]:
-        """Scores of the requested learned signals (all when `names` is None) for `text`.
+        """Scores of the requested learned signals (all when `names` is None) for `text`,
+        waited for at most `timeout_s` (None: `BatchingSettings.timeout_ms`).
 
         Raises `Overloaded`, `ClassifierTimeout` or `ClassifierError`; `ValueError` for names
         that were never built (a configuration bug, not a runtime condition).
@@ -269,9 +270,10 @@ class SignalEngine:
         calls: list[Awaitable[dict[str, SignalScore]]] = []
         shared = wanted & self._shared_names
         if shared and self._encoder_queue is not None:
-            calls.append(self._encoder_queue.submit(EncoderRequest(text, frozenset(shared))))
+            calls.append(self._encoder_queue.submit(EncoderRequest(text, frozenset(shared)),
+                                                    timeout_s))
         for name in sorted(wanted - self._shared_names):
-            calls.append(_as_dict(name, self._model_queues[name].submit(text)))
+            calls.append(_as_dict(name, self._model_queues[name].submit(text, timeout_s)))
         merged: dict[str, SignalScore] = {}
         errors: list[BaseException] = []
         for outcome in await _outcomes(calls):

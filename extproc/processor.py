@@ -75,6 +75,8 @@ class Route:
 
 
 _HEADER_ATTRIBUTES: Final = tuple(HEADER_ATTRIBUTES.items())
+# The share of Envoy's message timeout kept for answering after the classifiers' wait ends.
+REPLY_MARGIN: Final = 0.1
 
 
 def _attribute_headers(attributes: Mapping[str, str]) -> dict[str, str]:
@@ -219,7 +221,7 @@ class StreamProcessor:
         started = time.perf_counter()
         request = parse_request(message.body, self._endpoint)
         parsed = time.perf_counter()
-        route = await self._route(request)
+        route = await self._route(request, started)
         self.route = route
         refused = self._pii_refused(route)
         self._record(replace(route, outcome="blocked", reason="pii_not_allowed")
@@ -319,7 +321,16 @@ class StreamProcessor:
             fields["signal_errors"] = dict(route.signal_errors)
         self._logger.info("routed", extra=fields)
 
-    async def _route(self, request: OpenAIRequest) -> Route:
+    def _classifier_wait_s(self, started: float) -> float:
+        """How long the learned signals may take for a body that arrived at ``started``: the
+        classifiers' timeout, but never past Envoy's message timeout less ``REPLY_MARGIN`` of
+        it, so a slow batch ends in the signals' ``on_error`` (a routed request, counted)
+        rather than in Envoy's 504."""
+        envoy_s = self._config.router.message_timeout_ms / 1000
+        left = envoy_s * (1 - REPLY_MARGIN) - (time.perf_counter() - started)
+        return max(0.0, min(self._config.classifiers.batching.timeout_ms / 1000, left))
+
+    async def _route(self, request: OpenAIRequest, started: float) -> Route:
         config = self._config
         if request.model not in config.auto_names:
             target = config.resolve_explicit(request.model)
@@ -343,7 +354,8 @@ class StreamProcessor:
         tokens = estimate_tokens(request.total_text_length()) if evaluator.needs_tokens else 0
         default = config.default_model.name
         try:
-            results = await evaluator.evaluate(text, tokens, request.classifier_text_for)
+            results = await evaluator.evaluate(text, tokens, request.classifier_text_for,
+                                               self._classifier_wait_s(started))
         except Overloaded as err:
             if config.router.on_overload == "reject":
                 raise TooManyRequests("the router is overloaded; retry shortly") from err

@@ -37,8 +37,8 @@ class FakeEngine:
     def __init__(self, error: Exception | None) -> None:
         self.error = error
 
-    async def evaluate(self, text: str, names: frozenset[str] | None = None
-                       ) -> Mapping[str, SignalScore]:
+    async def evaluate(self, text: str, names: frozenset[str] | None = None,
+                       timeout_s: float | None = None) -> Mapping[str, SignalScore]:
         if self.error is not None:
             raise self.error
         return {"domain": SignalScore("domain", "math", 0.9, True, windows=3)}

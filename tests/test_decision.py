@@ -240,7 +240,7 @@ class FakeEngine:
         self.calls: list[tuple[str, frozenset[str] | None]] = []
 
     async def evaluate(
-        self, text: str, names: frozenset[str] | None = None
+        self, text: str, names: frozenset[str] | None = None, timeout_s: float | None = None
     ) -> Mapping[str, SignalScore]:
         self.calls.append((text, names))
         if self.error is not None:

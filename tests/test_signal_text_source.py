@@ -56,7 +56,7 @@ class CountingEngine:
         self.calls: list[tuple[str, frozenset[str]]] = []
 
     async def evaluate(
-        self, text: str, names: frozenset[str] | None = None
+        self, text: str, names: frozenset[str] | None = None, timeout_s: float | None = None
     ) -> Mapping[str, SignalScore]:
         assert names is not None
         self.calls.append((text, names))

@@ -91,7 +91,7 @@ def _pii_detector(spec: PiiSpec) -> PiiDetector:
 
 class LearnedEngine(Protocol):
     async def evaluate(
-        self, text: str, names: frozenset[str] | None = None
+        self, text: str, names: frozenset[str] | None = None, timeout_s: float | None = None
     ) -> Mapping[str, SignalScore]: ...
 
 
@@ -144,12 +144,15 @@ class SignalEvaluator:
         return bool(self._lengths)
 
     async def evaluate(
-        self, text: str, tokens: int, text_for: TextFor | None = None
+        self, text: str, tokens: int, text_for: TextFor | None = None,
+        timeout_s: float | None = None,
     ) -> dict[str, SignalResult]:
         """Results for every needed signal. ``text`` is what signals read by default;
         a signal with its own ``text_source`` reads ``text_for(source)``. Learned signals
-        reading the same text share one encoder pass. Raises ``Overloaded`` (the caller
-        decides) or ``ServiceUnavailable`` when a failed signal is ``on_error: reject``."""
+        reading the same text share one encoder pass, waited for at most ``timeout_s`` (None:
+        the classifiers' own timeout), then they fail with kind ``timeout``. Raises
+        ``Overloaded`` (the caller decides) or ``ServiceUnavailable`` when a failed signal is
+        ``on_error: reject``."""
         if self._keywords_only:
             return {s.name: s.evaluate(text) for s in self._keywords}
         texts: dict[str | None, str] = {None: text}
@@ -169,7 +172,8 @@ class SignalEvaluator:
             groups: dict[str, list[LearnedSpec]] = {}
             for learned in self._learned:
                 groups.setdefault(pick(learned.text_source), []).append(learned)
-            waits.extend(self._evaluate_learned(t, specs) for t, specs in groups.items())
+            waits.extend(self._evaluate_learned(t, specs, timeout_s)
+                         for t, specs in groups.items())
         if len(waits) == 1:
             results.update(await waits[0])
         elif waits:
@@ -237,13 +241,13 @@ class SignalEvaluator:
                             labels=frozenset(f.entity_type for f in kept))
 
     async def _evaluate_learned(
-        self, text: str, specs: Sequence[LearnedSpec]
+        self, text: str, specs: Sequence[LearnedSpec], timeout_s: float | None = None
     ) -> dict[str, SignalResult]:
         assert self._engine is not None
         names = (self._learned_names if len(specs) == len(self._learned)
                  else frozenset(s.name for s in specs))
         try:
-            scores = await self._engine.evaluate(text, names)
+            scores = await self._engine.evaluate(text, names, timeout_s)
         except Overloaded:
             raise
         except ClassifierTimeout:

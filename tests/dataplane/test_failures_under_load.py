@@ -1,6 +1,7 @@
-"""Failures Envoy and the router must ride out: a backend endpoint dying under load, and a
-router that answers too slowly (fail-closed answers an OpenAI-style 5xx, fail-open routes to
-the default model)."""
+"""Failures Envoy and the router must ride out: a backend endpoint dying under load, a
+classifier slower than Envoy's message timeout (the router gives up first and routes to the
+default model), and a router that answers too slowly anyway (fail-closed answers an
+OpenAI-style 5xx, fail-open routes to the default model)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from collections.abc import Mapping
 import httpx
 import pytest
 
-from classifiers.api import SignalScore
+from classifiers.api import ClassifierTimeout, SignalScore
 from extproc.localnet import free_port
 from extproc.server import Router
 from extproc.simulated_backend import BackendSpec, SimulatedBackend
@@ -56,10 +57,46 @@ async def test_endpoint_dies_under_load_and_requests_keep_succeeding() -> None:
 
 
 class SlowEngine:
-    async def evaluate(self, text: str, names: frozenset[str] | None = None
-                       ) -> Mapping[str, SignalScore]:
+    async def evaluate(self, text: str, names: frozenset[str] | None = None,
+                       timeout_s: float | None = None) -> Mapping[str, SignalScore]:
         await asyncio.sleep(1.0)
         return {"domain": SignalScore("domain", "math", 0.9, True)}
+
+
+class BusyEngine:
+    """A classifier that would need a second, honouring the wait the router allows it."""
+
+    def __init__(self) -> None:
+        self.waits: list[float | None] = []
+
+    async def evaluate(self, text: str, names: frozenset[str] | None = None,
+                       timeout_s: float | None = None) -> Mapping[str, SignalScore]:
+        self.waits.append(timeout_s)
+        await asyncio.sleep(min(1.0, timeout_s if timeout_s is not None else 1.0))
+        raise ClassifierTimeout("no result in time")
+
+
+async def test_a_classifier_slower_than_envoys_timeout_routes_to_the_default_model() -> None:
+    """Classifiers' own timeout 2 s, Envoy's message timeout 200 ms: the router stops waiting
+    before Envoy does, and the request is routed (unclassified), not answered 504."""
+    config, _ = stack_config("closed", template=SLOW)
+    stack = await start_stack(config, with_router=False)
+    engine = BusyEngine()
+    router = Router(config, engine=engine, logger=logging.getLogger("test.busy"))
+    await router.start()
+    try:
+        async with httpx.AsyncClient(base_url=stack.base_url, timeout=15) as client:
+            response = await client.post("/v1/chat/completions", json=BODY)
+            again = await client.post("/v1/chat/completions", json=BODY)
+        for answer in (response, again):
+            assert answer.status_code == 200, answer.text
+            assert answer.headers["x-backend-id"] == "general-1"
+            assert answer.headers["x-semantic-router-decision"] == "default"
+        assert config.classifiers.batching.timeout_ms == 2000
+        assert all(wait is not None and 0 < wait <= 0.2 * 0.9 for wait in engine.waits)
+    finally:
+        await router.stop(grace_s=0.5)
+        await stop_stack(stack)
 
 
 SLOW = CONFIG.replace("  failure_mode: {failure_mode}",
