@@ -24,6 +24,7 @@ from classifiers.scan import ScanBudget
 from extproc.decision import SignalResult
 from extproc.errors import ServiceUnavailable
 from extproc.signals.specs import (
+    KEYWORD_INLINE_CHARS,
     ContextLengthSpec,
     KeywordSpec,
     LanguageSpec,
@@ -153,7 +154,7 @@ class SignalEvaluator:
         the classifiers' own timeout), then they fail with kind ``timeout``. Raises
         ``Overloaded`` (the caller decides) or ``ServiceUnavailable`` when a failed signal is
         ``on_error: reject``."""
-        if self._keywords_only:
+        if self._keywords_only and len(text) <= KEYWORD_INLINE_CHARS:
             return {s.name: s.evaluate(text) for s in self._keywords}
         texts: dict[str | None, str] = {None: text}
 
@@ -162,7 +163,11 @@ class SignalEvaluator:
                 texts[source] = text if text_for is None or source is None else text_for(source)
             return texts[source]
 
-        results = {s.name: s.evaluate(pick(s.text_source)) for s in self._keywords}
+        results: dict[str, SignalResult] = {}
+        for keyword in self._keywords:
+            keyword_text = pick(keyword.text_source)
+            if len(keyword_text) <= KEYWORD_INLINE_CHARS:
+                results[keyword.name] = keyword.evaluate(keyword_text)
         for length in self._lengths:
             results[length.name] = length.evaluate(tokens)
         # scans of long texts run on threads while the learned signals run, so a huge prompt
@@ -185,9 +190,13 @@ class SignalEvaluator:
         self, pick: Callable[[str | None], str], results: dict[str, SignalResult]
     ) -> list[Awaitable[dict[str, SignalResult]]]:
         """PII and language results for short texts (inline, into ``results``); the scans of
-        long texts, to be awaited (started only once every inline one is done, so a
-        rejecting signal leaves no scan behind)."""
+        long texts (keywords: over ``KEYWORD_INLINE_CHARS``), to be awaited (started only once
+        every inline one is done, so a rejecting signal leaves no scan behind)."""
         slow: list[tuple[str, Callable[[], Awaitable[SignalResult]]]] = []
+        for keyword in self._keywords:
+            text = pick(keyword.text_source)
+            if len(text) > KEYWORD_INLINE_CHARS:
+                slow.append((keyword.name, partial(self._evaluate_keywords, keyword, text)))
         for spec, detector in self._pii:
             text = pick(spec.text_source)
             if len(text) > _INLINE_TEXT_CHARS:
@@ -203,6 +212,12 @@ class SignalEvaluator:
                 results[language.name] = await self._evaluate_language(
                     language, language_detector, text)
         return [_named(name, scan()) for name, scan in slow]
+
+    async def _evaluate_keywords(self, spec: KeywordSpec, text: str) -> SignalResult:
+        try:
+            return await _detect(spec.scan, text, self._scan_timeout_s)
+        except ClassifierTimeout:
+            return self._failed("timeout", (spec,))[spec.name]
 
     async def _evaluate_language(self, spec: LanguageSpec, detector: LanguageDetector,
                                  text: str) -> SignalResult:
@@ -266,7 +281,8 @@ class SignalEvaluator:
         return results
 
     def _failed(
-        self, kind: str, specs: Sequence[LearnedSpec | PiiSpec | LanguageSpec] | None = None
+        self, kind: str,
+        specs: Sequence[LearnedSpec | PiiSpec | LanguageSpec | KeywordSpec] | None = None,
     ) -> dict[str, SignalResult]:
         results = {}
         for spec in specs if specs is not None else self._learned:

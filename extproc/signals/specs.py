@@ -11,7 +11,13 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from classifiers.scan import ScanBudget, windows
 from extproc.decision import SignalResult
+
+# Keyword signals read texts longer than this in budgeted chunks on a thread (KeywordSpec.scan)
+KEYWORD_INLINE_CHARS = 64 * 1024
+# Overlap of those chunks: longer than any keyword (config: at most 512 characters)
+KEYWORD_OVERLAP_CHARS = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +37,29 @@ class KeywordSpec:
             first = self.patterns[0].search(text)
             matched = first is not None
         return _keyword_result(self.name, first.group(0) if first is not None else None)
+
+    def scan(self, text: str, budget: ScanBudget | None) -> SignalResult:
+        """``evaluate`` for a long text, chunk by chunk (``classifiers.scan.windows``, whose
+        cuts fall on whitespace, overlapping by ``KEYWORD_OVERLAP_CHARS``), checking
+        ``budget`` before each chunk: Python's regex engine holds the interpreter for a whole
+        search, and an 8 MiB prompt would hold the event loop for seconds. Same result as
+        ``evaluate`` for keywords and for regex matches shorter than the overlap."""
+        firsts: list[str | None] = []
+        for pattern in self.patterns:
+            found = None
+            for window in windows(text, overlap=KEYWORD_OVERLAP_CHARS):
+                if budget is not None:
+                    budget.check()
+                for match in pattern.finditer(text, window.start, window.end):
+                    if match.start() >= window.own_start:
+                        found = match.group(0) if match.start() < window.own_end else None
+                        break
+                if found is not None:
+                    break
+            if found is None and self.match_all:
+                return _keyword_result(self.name, None)
+            firsts.append(found)
+        return _keyword_result(self.name, firsts[0])
 
 
 @functools.lru_cache(maxsize=1024)  # bounded: a user regex can match any text
