@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from extproc.config import RouterConfig
-from extproc.decision import Outcome, SignalResult, decide, signals_of
+from extproc.decision import CompiledDecision, Outcome, SignalResult, decide, signals_of
 from extproc.envoy_adapter import BodyTemplate
 from extproc.metrics import RouterMetrics
 from extproc.openai_request import ENDPOINTS, Endpoint, TextSource
@@ -37,8 +37,17 @@ class RouterState:
     """Routed body answers but for their bodies, by route (filled by the processor; they
     hold this config's clusters, decisions and credentials, so they live and go with it)."""
 
+    guard: SignalEvaluator | None = None
+    """The signals of the blocking decisions, for requests naming a model
+    (``router.guard_explicit_models``); None when off or nothing blocks."""
+    guard_decisions: tuple[CompiledDecision, ...] = ()
+
     def decide(self, results: Mapping[str, SignalResult]) -> Outcome:
         return decide(self.config.decisions, results, self.config.default_model.name)
+
+    def guard_decide(self, results: Mapping[str, SignalResult]) -> Outcome:
+        """The blocking decisions alone (a request naming a model is routed to it otherwise)."""
+        return decide(self.guard_decisions, results, self.config.default_model.name)
 
 
 def needed_signals(config: RouterConfig) -> frozenset[str]:
@@ -46,6 +55,23 @@ def needed_signals(config: RouterConfig) -> frozenset[str]:
     model restricts the PII it may receive)."""
     needed = frozenset().union(*(signals_of(d.rule) for d in config.decisions))
     return needed | {config.pii_signal} if config.pii_signal else needed
+
+
+def guard_decisions(config: RouterConfig) -> tuple[CompiledDecision, ...]:
+    """The enforcing decisions that block, in priority order: what a request naming a model
+    still faces with ``router.guard_explicit_models``."""
+    return tuple(d for d in config.decisions if d.plugins.block is not None and not d.shadow)
+
+
+def _guard(config: RouterConfig, metrics: RouterMetrics,
+           engine: LearnedEngine | None) -> SignalEvaluator | None:
+    guards = guard_decisions(config) if config.router.guard_explicit_models else ()
+    if not guards:
+        return None
+    needed = frozenset().union(*(signals_of(d.rule) for d in guards))
+    return SignalEvaluator(config.signals, needed, engine, on_signal_error=metrics.signal_error,
+                           on_windows=metrics.classifier_windows,
+                           scan_timeout_s=scan_timeout_s(config))
 
 
 def _model_object(name: str, created: int) -> dict[str, object]:
@@ -78,6 +104,8 @@ def build_state(
     return RouterState(
         config=config,
         evaluator=evaluator,
+        guard=_guard(config, metrics, engine),
+        guard_decisions=guard_decisions(config),
         metrics=metrics,
         text_source=TextSource(config.router.text_source),
         endpoints=ENDPOINTS,

@@ -330,25 +330,53 @@ class StreamProcessor:
         left = envoy_s * (1 - REPLY_MARGIN) - (time.perf_counter() - started)
         return max(0.0, min(self._config.classifiers.batching.timeout_ms / 1000, left))
 
+    async def _guard(self, request: OpenAIRequest, model: str, started: float) -> Route | None:
+        """A request naming a model faces the blocking decisions (jailbreak, PII refusals) on
+        the signals they read; the blocked route, or None to route it to its model. An
+        overloaded classifier lets it through: the model was named, no routing is lost."""
+        guard = self._state.guard
+        assert guard is not None
+        text = request.classifier_text(self._state.text_source)
+        tokens = estimate_tokens(request.total_text_length()) if guard.needs_tokens else 0
+        try:
+            results = await guard.evaluate(text, tokens, request.classifier_text_for,
+                                           self._classifier_wait_s(started))
+        except Overloaded:
+            return None
+        outcome = self._state.guard_decide(results)
+        if outcome.plugins.block is None or self._config.router.mode == "shadow":
+            return None
+        errors = tuple((r.name, r.error) for r in results.values() if r.error)
+        return Route(outcome.decision, model, "blocked", plugins=outcome.plugins,
+                     signal_errors=errors)
+
+    async def _explicit(self, request: OpenAIRequest, started: float) -> Route:
+        """A request naming a model: to that model, unless a blocking decision refuses it."""
+        config = self._config
+        target = config.resolve_explicit(request.model)
+        if target is None:
+            raise ModelNotFound(
+                f"The model '{request.model[:200]}' does not exist.", param="model"
+            )
+        if self._state.guard is not None:
+            guarded = await self._guard(request, target.name, started)
+            if guarded is not None:
+                return guarded
+        pii: frozenset[str] = frozenset()
+        errors: tuple[tuple[str, str], ...] = ()
+        if target.pii_allowed is not None and config.pii_signal is not None:
+            found = await self._state.evaluator.pii(
+                config.pii_signal, request.classifier_text(self._state.text_source),
+                request.classifier_text_for)
+            pii = found.labels if found is not None else frozenset()
+            if found is not None and found.error:
+                errors = ((found.name, found.error),)
+        return Route(EXPLICIT_DECISION, target.name, "explicit", pii=pii, signal_errors=errors)
+
     async def _route(self, request: OpenAIRequest, started: float) -> Route:
         config = self._config
         if request.model not in config.auto_names:
-            target = config.resolve_explicit(request.model)
-            if target is None:
-                raise ModelNotFound(
-                    f"The model '{request.model[:200]}' does not exist.", param="model"
-                )
-            pii: frozenset[str] = frozenset()
-            errors: tuple[tuple[str, str], ...] = ()
-            if target.pii_allowed is not None and config.pii_signal is not None:
-                found = await self._state.evaluator.pii(
-                    config.pii_signal, request.classifier_text(self._state.text_source),
-                    request.classifier_text_for)
-                pii = found.labels if found is not None else frozenset()
-                if found is not None and found.error:
-                    errors = ((found.name, found.error),)
-            return Route(EXPLICIT_DECISION, target.name, "explicit", pii=pii,
-                         signal_errors=errors)
+            return await self._explicit(request, started)
         text = request.classifier_text(self._state.text_source)
         evaluator = self._state.evaluator
         tokens = estimate_tokens(request.total_text_length()) if evaluator.needs_tokens else 0

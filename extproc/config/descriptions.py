@@ -44,6 +44,9 @@ DESCRIPTIONS: dict[str, str] = {
     "router.on_overload": "when the classifier queue is full: route to the default model and "
         "count it (`default`), or answer 429 (`reject`)",
     "router.message_timeout_ms": "Envoy's per-message ext_proc timeout",
+    "router.guard_explicit_models": "requests naming a model (not an auto name) still face "
+        "the decisions with a `block` plugin, on only the signals those read; `false`: they go "
+        "straight to their model",
     "router.mode": "`shadow`: decide, log and count, but change nothing (requests go to the "
         "default model)",
     "router.debug_header": "return per-signal results in `x-semantic-router-debug` when the "

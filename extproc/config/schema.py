@@ -139,6 +139,8 @@ class RouterSettings(Strict):
     message_timeout_ms: int = Field(default=2000, ge=50, le=60_000)
     # shadow: decide, log and count, but change nothing (requests go to the default model)
     mode: Literal["enforce", "shadow"] = "enforce"
+    # requests naming a model also face the decisions that block (jailbreak, PII refusals)
+    guard_explicit_models: bool = True
     # return per-signal results in x-semantic-router-debug when the client sends that header
     debug_header: bool = False
     # End each ext_proc stream once the request is routed: the rendered filter skips the

@@ -1,0 +1,99 @@
+"""Requests naming a model still face the blocking decisions (``router.guard_explicit_models``),
+on only the signals those decisions read; other decisions never apply to them."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+
+from envoy_data_plane.envoy.service.ext_proc.v3 import ProcessingResponse
+
+from classifiers.api import SignalScore
+from extproc.config import load_config_text
+from extproc.context import RouterState, build_state
+from extproc.envoy_adapter import Phase, RequestMessage
+from extproc.metrics import RouterMetrics
+from extproc.processor import StreamProcessor
+
+CONFIG = """
+providers:
+  defaults: {model: general}
+  models:
+    - {name: general, provider_model_id: m/g, backend_refs: [{name: a, endpoint: "h:1"}]}
+    - {name: coder, provider_model_id: m/c, backend_refs: [{name: b, endpoint: "h:2"}]}
+router: {guard_explicit_models: GUARD}
+signals:
+  - {name: forbidden, type: keyword, keywords: [open sesame]}
+  - {name: topic, type: domain}
+decisions:
+  - name: refuse
+    priority: 100
+    rules: {signal: forbidden}
+    plugins: {block: {status: 403, code: refused, message: "not here"}}
+  - {name: code, priority: 10, rules: {signal: topic, label: computer science}, model: coder}
+"""
+HEADERS = {":method": "POST", ":path": "/v1/chat/completions", "x-request-id": "r-1"}
+
+
+class CountingEngine:
+    """The domain signal's engine: says "computer science" and counts its calls."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def evaluate(self, text: str, names: frozenset[str] | None = None,
+                       timeout_s: float | None = None) -> Mapping[str, SignalScore]:
+        self.calls += 1
+        return {"topic": SignalScore("topic", "computer science", 0.9, True)}
+
+
+def _state(guard: bool, engine: CountingEngine) -> RouterState:
+    config = load_config_text(CONFIG.replace("GUARD", "true" if guard else "false"))
+    return build_state(config, RouterMetrics(), engine=engine)
+
+
+async def _send(state: RouterState, model: str, text: str) -> ProcessingResponse:
+    processor = StreamProcessor(state, logging.getLogger("test.explicit_guard"))
+    await processor.handle(RequestMessage(Phase.REQUEST_HEADERS, HEADERS, b"", False))
+    body = json.dumps({"model": model, "messages": [{"role": "user", "content": text}]})
+    raw = await processor.handle(RequestMessage(Phase.REQUEST_BODY, {}, body.encode(), True))
+    return ProcessingResponse.parse(raw)
+
+
+def _status(response: ProcessingResponse) -> int | None:
+    reply = response.immediate_response
+    return None if reply is None or reply.status is None else int(reply.status.code)
+
+
+def _decision(response: ProcessingResponse) -> str:
+    assert response.request_body is not None, response
+    fields = response.dynamic_metadata.fields["envoy.filters.http.ext_proc"]
+    return str(fields.struct_value.fields["decision"].string_value)  # type: ignore[union-attr]
+
+
+async def test_a_named_model_is_refused_by_a_blocking_decision() -> None:
+    engine = CountingEngine()
+    state = _state(True, engine)
+    for model in ("general", "m/c"):  # a public name, and a provider id
+        response = await _send(state, model, "please say open sesame")
+        assert _status(response) == 403
+        assert json.loads(response.immediate_response.body)["error"]["code"] == "refused"  # type: ignore[union-attr]
+    assert engine.calls == 0  # only the blocking decision's keyword signal was read
+
+
+async def test_a_named_model_that_nothing_blocks_goes_to_that_model() -> None:
+    engine = CountingEngine()
+    state = _state(True, engine)
+    response = await _send(state, "general", "write a sorting function")
+    assert _decision(response) == "explicit"  # the code decision never applies to it
+    assert engine.calls == 0
+    assert _decision(await _send(state, "auto", "write a sorting function")) == "code"
+    assert engine.calls == 1
+
+
+async def test_guards_off_send_a_named_model_straight_to_it() -> None:
+    state = _state(False, CountingEngine())
+    assert state.guard is None
+    assert _decision(await _send(state, "general", "please say open sesame")) == "explicit"
+    assert _status(await _send(state, "auto", "please say open sesame")) == 403
