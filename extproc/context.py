@@ -79,11 +79,12 @@ def _model_object(name: str, created: int) -> dict[str, object]:
 
 
 def scan_timeout_s(config: RouterConfig) -> float:
-    """How long a PII or language scan may take: the classifier timeout, but at most half of
-    Envoy's message timeout, so parsing and the learned signals still fit in the rest and a
-    huge text gets its signal's ``on_error`` answer instead of Envoy's 504."""
+    """How long a PII, language or keyword scan of a long text may take: the classifier
+    timeout, but at most a fifth of Envoy's message timeout (1 s with the defaults), so a huge
+    text gets its signal's ``on_error`` answer well before Envoy's 504, and the rest of that
+    window absorbs the queueing such texts cause for other requests."""
     return min(config.classifiers.batching.timeout_ms,
-               config.router.message_timeout_ms / 2) / 1000
+               config.router.message_timeout_ms / 5) / 1000
 
 
 def build_state(

@@ -4,7 +4,6 @@ on only the signals those decisions read; other decisions never apply to them.""
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Mapping
 
 from envoy_data_plane.envoy.service.ext_proc.v3 import ProcessingResponse
@@ -12,9 +11,8 @@ from envoy_data_plane.envoy.service.ext_proc.v3 import ProcessingResponse
 from classifiers.api import SignalScore
 from extproc.config import load_config_text
 from extproc.context import RouterState, build_state
-from extproc.envoy_adapter import Phase, RequestMessage
 from extproc.metrics import RouterMetrics
-from extproc.processor import StreamProcessor
+from tests.processor_support import routed_decision, send_chat
 
 CONFIG = """
 providers:
@@ -33,7 +31,6 @@ decisions:
     plugins: {block: {status: 403, code: refused, message: "not here"}}
   - {name: code, priority: 10, rules: {signal: topic, label: computer science}, model: coder}
 """
-HEADERS = {":method": "POST", ":path": "/v1/chat/completions", "x-request-id": "r-1"}
 
 
 class CountingEngine:
@@ -53,30 +50,16 @@ def _state(guard: bool, engine: CountingEngine) -> RouterState:
     return build_state(config, RouterMetrics(), engine=engine)
 
 
-async def _send(state: RouterState, model: str, text: str) -> ProcessingResponse:
-    processor = StreamProcessor(state, logging.getLogger("test.explicit_guard"))
-    await processor.handle(RequestMessage(Phase.REQUEST_HEADERS, HEADERS, b"", False))
-    body = json.dumps({"model": model, "messages": [{"role": "user", "content": text}]})
-    raw = await processor.handle(RequestMessage(Phase.REQUEST_BODY, {}, body.encode(), True))
-    return ProcessingResponse.parse(raw)
-
-
 def _status(response: ProcessingResponse) -> int | None:
     reply = response.immediate_response
     return None if reply is None or reply.status is None else int(reply.status.code)
 
 
-def _decision(response: ProcessingResponse) -> str:
-    assert response.request_body is not None, response
-    fields = response.dynamic_metadata.fields["envoy.filters.http.ext_proc"]
-    return str(fields.struct_value.fields["decision"].string_value)  # type: ignore[union-attr]
-
-
-async def test_a_named_model_is_refused_by_a_blocking_decision() -> None:
+async def test_a_named_model_is_refused_by_a_blockingrouted_decision() -> None:
     engine = CountingEngine()
     state = _state(True, engine)
     for model in ("general", "m/c"):  # a public name, and a provider id
-        response = await _send(state, model, "please say open sesame")
+        response = await send_chat(state, model, "please say open sesame")
         assert _status(response) == 403
         assert json.loads(response.immediate_response.body)["error"]["code"] == "refused"  # type: ignore[union-attr]
     assert engine.calls == 0  # only the blocking decision's keyword signal was read
@@ -85,15 +68,16 @@ async def test_a_named_model_is_refused_by_a_blocking_decision() -> None:
 async def test_a_named_model_that_nothing_blocks_goes_to_that_model() -> None:
     engine = CountingEngine()
     state = _state(True, engine)
-    response = await _send(state, "general", "write a sorting function")
-    assert _decision(response) == "explicit"  # the code decision never applies to it
+    response = await send_chat(state, "general", "write a sorting function")
+    assert routed_decision(response) == "explicit"  # the code decision never applies to it
     assert engine.calls == 0
-    assert _decision(await _send(state, "auto", "write a sorting function")) == "code"
+    assert routed_decision(await send_chat(state, "auto", "write a sorting function")) == "code"
     assert engine.calls == 1
 
 
 async def test_guards_off_send_a_named_model_straight_to_it() -> None:
     state = _state(False, CountingEngine())
     assert state.guard is None
-    assert _decision(await _send(state, "general", "please say open sesame")) == "explicit"
-    assert _status(await _send(state, "auto", "please say open sesame")) == 403
+    text = "please say open sesame"
+    assert routed_decision(await send_chat(state, "general", text)) == "explicit"
+    assert _status(await send_chat(state, "auto", text)) == 403

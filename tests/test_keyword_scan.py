@@ -15,6 +15,7 @@ from extproc.config import load_config, load_config_text
 from extproc.context import build_state
 from extproc.metrics import RouterMetrics
 from extproc.signals.specs import (
+    KEYWORD_CHUNK_CHARS,
     KEYWORD_INLINE_CHARS,
     KEYWORD_OVERLAP_CHARS,
     KeywordSpec,
@@ -41,7 +42,7 @@ def filler(rng: random.Random, chars: int) -> str:
 
 
 def cut_points(text: str) -> list[int]:
-    return [w.own_start for w in windows(text, overlap=KEYWORD_OVERLAP_CHARS)][1:]
+    return [w.own_start for w in windows(text, KEYWORD_CHUNK_CHARS, KEYWORD_OVERLAP_CHARS)][1:]
 
 
 @pytest.mark.parametrize("keywords", [["stack trace"], ["unit test"], ["c++"], ["gamma ray"]])
@@ -49,7 +50,7 @@ def test_a_keyword_anywhere_around_a_cut_is_found_as_one_search_finds_it(
     keywords: list[str],
 ) -> None:
     rng = random.Random(5)
-    base = filler(rng, 3 * 32 * 1024)
+    base = filler(rng, KEYWORD_INLINE_CHARS + 3 * KEYWORD_CHUNK_CHARS)
     cuts = cut_points(base)
     assert len(cuts) >= 2
     keyword = spec(keywords)

@@ -4,16 +4,14 @@ whether the router chose the model or the client named it."""
 from __future__ import annotations
 
 import json
-import logging
 
 import pytest
 from envoy_data_plane.envoy.service.ext_proc.v3 import ProcessingResponse
 
 from extproc.config import ConfigError, load_config_text
 from extproc.context import build_state
-from extproc.envoy_adapter import Phase, RequestMessage
 from extproc.metrics import RouterMetrics
-from extproc.processor import StreamProcessor
+from tests.processor_support import send_chat
 
 CONFIG = """
 providers:
@@ -39,11 +37,7 @@ def state() -> object:
 
 
 async def _send(state: object, model: str, text: str) -> ProcessingResponse:
-    processor = StreamProcessor(state, logging.getLogger("test"))  # type: ignore[arg-type]
-    await processor.handle(RequestMessage(Phase.REQUEST_HEADERS, HEADERS, b"", False))
-    body = json.dumps({"model": model, "messages": [{"role": "user", "content": text}]})
-    raw = await processor.handle(RequestMessage(Phase.REQUEST_BODY, {}, body.encode(), True))
-    return ProcessingResponse.parse(raw)
+    return await send_chat(state, model, text, HEADERS)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(

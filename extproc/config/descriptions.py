@@ -43,7 +43,9 @@ DESCRIPTIONS: dict[str, str] = {
         "messages; or the whole conversation",
     "router.on_overload": "when the classifier queue is full: route to the default model and "
         "count it (`default`), or answer 429 (`reject`)",
-    "router.message_timeout_ms": "Envoy's per-message ext_proc timeout",
+    "router.message_timeout_ms": "Envoy's per-message ext_proc timeout; the classifiers give "
+        "up sooner (`classifiers.batching.timeout_ms`, scans a fifth of this), so the rest "
+        "absorbs queueing in an overloaded router instead of ending in a 504",
     "router.guard_explicit_models": "requests naming a model (not an auto name) still face "
         "the decisions with a `block` plugin, on only the signals those read; `false`: they go "
         "straight to their model",

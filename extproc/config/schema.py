@@ -136,7 +136,7 @@ class RouterSettings(Strict):
         default_factory=list, max_length=64)
     text_source: TextSourceName = "last_user"
     on_overload: Literal["default", "reject"] = "default"
-    message_timeout_ms: int = Field(default=2000, ge=50, le=60_000)
+    message_timeout_ms: int = Field(default=5000, ge=50, le=60_000)
     # shadow: decide, log and count, but change nothing (requests go to the default model)
     mode: Literal["enforce", "shadow"] = "enforce"
     # requests naming a model also face the decisions that block (jailbreak, PII refusals)

@@ -16,7 +16,10 @@ from extproc.decision import SignalResult
 
 # Keyword signals read texts longer than this in budgeted chunks on a thread (KeywordSpec.scan)
 KEYWORD_INLINE_CHARS = 64 * 1024
-# Overlap of those chunks: longer than any keyword (config: at most 512 characters)
+# Their chunks: small, as a search holds the interpreter for a whole chunk (an 8 KiB chunk of
+# digit groups takes the default code keywords about 5 ms), overlapping by more than any
+# keyword's length (config: at most 512 characters)
+KEYWORD_CHUNK_CHARS = 8 * 1024
 KEYWORD_OVERLAP_CHARS = 1024
 
 
@@ -40,14 +43,15 @@ class KeywordSpec:
 
     def scan(self, text: str, budget: ScanBudget | None) -> SignalResult:
         """``evaluate`` for a long text, chunk by chunk (``classifiers.scan.windows``, whose
-        cuts fall on whitespace, overlapping by ``KEYWORD_OVERLAP_CHARS``), checking
+        cuts fall on whitespace, of ``KEYWORD_CHUNK_CHARS`` overlapping by
+        ``KEYWORD_OVERLAP_CHARS``), checking
         ``budget`` before each chunk: Python's regex engine holds the interpreter for a whole
         search, and an 8 MiB prompt would hold the event loop for seconds. Same result as
         ``evaluate`` for keywords and for regex matches shorter than the overlap."""
         firsts: list[str | None] = []
         for pattern in self.patterns:
             found = None
-            for window in windows(text, overlap=KEYWORD_OVERLAP_CHARS):
+            for window in windows(text, KEYWORD_CHUNK_CHARS, KEYWORD_OVERLAP_CHARS):
                 if budget is not None:
                     budget.check()
                 for match in pattern.finditer(text, window.start, window.end):
