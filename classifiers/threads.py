@@ -8,8 +8,11 @@ and never touches the CPU thread settings.
 
 Tokenizing (Rust, GIL released) is the host's largest cost per long prompt once a GPU runs the
 transformer: `tokenizer_parallelism` lets the fast tokenizer spread a batch's texts over the
-cores (`TOKENIZERS_PARALLELISM`) when a queue is on CUDA, and keeps it serial on CPU, where the
-queue workers already own the cores. An operator's own setting of the variable wins.
+cores (`TOKENIZERS_PARALLELISM`) when a queue is on CUDA and the host has cores to spare
+(`PARALLEL_TOKENIZER_MIN_CORES`), and keeps it serial otherwise: on CPU the queue workers own
+the cores, and on 2 cores its threads took CPU from the interpreter-bound work (PII, the event
+loop): 341 instead of 421 decisions/s with the encoder's forward pass skipped
+(`bench/gpu.py --host-only`). An operator's own setting of the variable wins.
 """
 
 from __future__ import annotations
@@ -60,15 +63,21 @@ def queue_threads(device: str, workers: int) -> QueueThreads:
 
 
 TOKENIZERS_PARALLELISM = "TOKENIZERS_PARALLELISM"
+PARALLEL_TOKENIZER_MIN_CORES = 8
 
 
-def tokenizer_parallelism(device: str, env: dict[str, str] | None = None) -> bool:
+def tokenizer_parallelism(
+    device: str, env: dict[str, str] | None = None, cores: int | None = None
+) -> bool:
     """Whether fast tokenizers tokenize a batch's texts in parallel, deciding it for the
-    process when the operator has not: on for a CUDA queue, off on CPU. The tokenizers library
-    reads the variable on every batch call, so setting it here takes effect at once."""
+    process when the operator has not: on for a CUDA queue on a host of at least
+    `PARALLEL_TOKENIZER_MIN_CORES` cores, off otherwise. The tokenizers library reads the
+    variable on every batch call, so setting it here takes effect at once."""
     environ = os.environ if env is None else env
     chosen = environ.get(TOKENIZERS_PARALLELISM)
     if chosen is None:
-        chosen = "false" if torch.device(device).type == "cpu" else "true"
+        spare = (os.cpu_count() or 1) if cores is None else cores
+        parallel = torch.device(device).type != "cpu" and spare >= PARALLEL_TOKENIZER_MIN_CORES
+        chosen = "true" if parallel else "false"
         environ[TOKENIZERS_PARALLELISM] = chosen
     return chosen.strip().lower() not in ("", "0", "f", "false", "n", "no", "off")

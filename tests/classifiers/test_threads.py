@@ -64,10 +64,13 @@ def test_a_workers_thread_count_is_its_own() -> None:
         torch.set_num_threads(budget)  # the default for threads started later
 
 
-@pytest.mark.parametrize(("device", "parallel"), [("cpu", False), ("cuda", True), ("cuda:1", True)])
-def test_tokenizer_parallelism_is_decided_by_device_when_unset(device: str, parallel: bool) -> None:
+@pytest.mark.parametrize(("device", "cores", "parallel"), [
+    ("cpu", 64, False), ("cuda", 16, True), ("cuda:1", 8, True), ("cuda", 2, False)])
+def test_tokenizer_parallelism_is_decided_by_device_and_cores_when_unset(
+    device: str, cores: int, parallel: bool
+) -> None:
     env: dict[str, str] = {}
-    assert tokenizer_parallelism(device, env) is parallel
+    assert tokenizer_parallelism(device, env, cores) is parallel
     assert env == {TOKENIZERS_PARALLELISM: "true" if parallel else "false"}  # for the library
 
 
@@ -76,5 +79,5 @@ def test_tokenizer_parallelism_is_decided_by_device_when_unset(device: str, para
 def test_an_operators_tokenizer_parallelism_wins(value: str, parallel: bool) -> None:
     for device in ("cpu", "cuda"):
         env = {TOKENIZERS_PARALLELISM: value}
-        assert tokenizer_parallelism(device, env) is parallel
+        assert tokenizer_parallelism(device, env, 16) is parallel
         assert env == {TOKENIZERS_PARALLELISM: value}
