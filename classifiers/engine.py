@@ -26,6 +26,7 @@ from classifiers.api import (
     Binding,
     ClassifierError,
     ClassifierSettings,
+    ClassifierTimeout,
     DeviceError,
     LearnedSignalSpec,
     SignalScore,
@@ -264,6 +265,8 @@ class SignalEngine:
         that were never built (a configuration bug, not a runtime condition).
         """
         wanted = self.names if names is None else names
+        if timeout_s is not None and timeout_s <= 0:  # no time left: never take a queue slot
+            raise ClassifierTimeout("no time left for the classifiers")
         unknown = wanted - self.names
         if unknown:
             raise ValueError(f"unknown learned signals: {sorted(unknown)}")

@@ -335,8 +335,9 @@ def _responses_input(value: Any, instructions: Any) -> tuple[Message, ...]:
             raise BadRequest(f"input[{i}] must be an object", param=f"input[{i}]")
         role = item.get("role")
         kind = item.get("type")
-        if role is None and kind is not None and kind != "message":
-            continue  # function_call, function_call_output, reasoning: no text to classify
+        reference = kind is None and "content" not in item  # {"id": ...}: its type is optional
+        if role is None and (reference or kind not in (None, "message")):
+            continue  # function calls and their outputs, reasoning, item references: no text
         role = _role(role, f"input[{i}].role", RESPONSES_ROLES, _RESPONSES_ROLES)
         out.append(Message(role, _content_text(item.get("content"), f"input[{i}].content")))
     return tuple(out)

@@ -18,7 +18,7 @@ from classifiers.api import Overloaded
 from extproc import envoy_adapter as adapter
 from extproc.config.runtime import ModelTarget
 from extproc.context import RouterState
-from extproc.decision import NO_PLUGINS, DecisionPlugins
+from extproc.decision import NO_PLUGINS, DecisionPlugins, SignalResult
 from extproc.envoy_adapter import Mutations, Phase, RequestMessage
 from extproc.errors import (
     BadRequest,
@@ -330,10 +330,14 @@ class StreamProcessor:
         left = envoy_s * (1 - REPLY_MARGIN) - (time.perf_counter() - started)
         return max(0.0, min(self._config.classifiers.batching.timeout_ms / 1000, left))
 
-    async def _guard(self, request: OpenAIRequest, model: str, started: float) -> Route | None:
+    async def _guard(
+        self, request: OpenAIRequest, model: str, started: float
+    ) -> tuple[Route | None, Mapping[str, SignalResult]]:
         """A request naming a model faces the blocking decisions (jailbreak, PII refusals) on
-        the signals they read; the blocked route, or None to route it to its model. An
-        overloaded classifier lets it through: the model was named, no routing is lost."""
+        the signals they read: the blocked route, or None to route it to its model, and the
+        signals' results. An
+        overloaded classifier lets it through (the model was named, no routing is lost)
+        unless ``router.on_overload`` is ``reject``."""
         guard = self._state.guard
         assert guard is not None
         text = request.classifier_text(self._state.text_source)
@@ -341,14 +345,16 @@ class StreamProcessor:
         try:
             results = await guard.evaluate(text, tokens, request.classifier_text_for,
                                            self._classifier_wait_s(started))
-        except Overloaded:
-            return None
+        except Overloaded as err:
+            if self._config.router.on_overload == "reject":
+                raise TooManyRequests("the router is overloaded; retry shortly") from err
+            return None, {}
         outcome = self._state.guard_decide(results)
         if outcome.plugins.block is None or self._config.router.mode == "shadow":
-            return None
+            return None, results
         errors = tuple((r.name, r.error) for r in results.values() if r.error)
         return Route(outcome.decision, model, "blocked", plugins=outcome.plugins,
-                     signal_errors=errors)
+                     signal_errors=errors), results
 
     async def _explicit(self, request: OpenAIRequest, started: float) -> Route:
         """A request naming a model: to that model, unless a blocking decision refuses it."""
@@ -358,16 +364,17 @@ class StreamProcessor:
             raise ModelNotFound(
                 f"The model '{request.model[:200]}' does not exist.", param="model"
             )
+        guarded: Mapping[str, SignalResult] = {}
         if self._state.guard is not None:
-            guarded = await self._guard(request, target.name, started)
-            if guarded is not None:
-                return guarded
+            blocked, guarded = await self._guard(request, target.name, started)
+            if blocked is not None:
+                return blocked
         pii: frozenset[str] = frozenset()
         errors: tuple[tuple[str, str], ...] = ()
         if target.pii_allowed is not None and config.pii_signal is not None:
-            found = await self._state.evaluator.pii(
+            found = guarded.get(config.pii_signal) or await self._state.evaluator.pii(
                 config.pii_signal, request.classifier_text(self._state.text_source),
-                request.classifier_text_for)
+                request.classifier_text_for)  # the guard's scan, when it had one
             pii = found.labels if found is not None else frozenset()
             if found is not None and found.error:
                 errors = ((found.name, found.error),)

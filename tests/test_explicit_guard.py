@@ -8,7 +8,7 @@ from collections.abc import Mapping
 
 from envoy_data_plane.envoy.service.ext_proc.v3 import ProcessingResponse
 
-from classifiers.api import SignalScore
+from classifiers.api import Overloaded, SignalScore
 from extproc.config import load_config_text
 from extproc.context import RouterState, build_state
 from extproc.metrics import RouterMetrics
@@ -81,3 +81,36 @@ async def test_guards_off_send_a_named_model_straight_to_it() -> None:
     text = "please say open sesame"
     assert routed_decision(await send_chat(state, "general", text)) == "explicit"
     assert _status(await send_chat(state, "auto", text)) == 403
+
+
+class OverloadedEngine:
+    async def evaluate(self, text: str, names: frozenset[str] | None = None,
+                       timeout_s: float | None = None) -> Mapping[str, SignalScore]:
+        raise Overloaded("encoder: queue full")
+
+
+LEARNED_GUARD = """
+providers:
+  defaults: {model: general}
+  models:
+    - {name: general, provider_model_id: m/g, backend_refs: [{name: a, endpoint: "h:1"}]}
+router: {on_overload: OVERLOAD}
+signals:
+  - {name: jb, type: jailbreak}
+decisions:
+  - name: refuse
+    rules: {signal: jb}
+    plugins: {block: {status: 403, code: jailbreak_detected}}
+"""
+
+
+async def test_an_overloaded_guard_follows_on_overload() -> None:
+    """`reject`: a named model gets the 429 an auto request would; `default`: it goes on to its
+    model unchecked (the model was named: no routing is lost)."""
+    for on_overload, status in (("reject", 429), ("default", None)):
+        config = load_config_text(LEARNED_GUARD.replace("OVERLOAD", on_overload))
+        state = build_state(config, RouterMetrics(), engine=OverloadedEngine())
+        response = await send_chat(state, "general", "hello")
+        assert _status(response) == status
+        if status is None:
+            assert routed_decision(response) == "explicit"

@@ -121,6 +121,8 @@ def test_responses_input_items() -> None:
         {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "q"}]},
         {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
         {"type": "function_call_output", "call_id": "c1", "output": "42"},
+        {"id": "msg_1"},  # an item reference: its type is optional
+        {"type": "item_reference", "id": "msg_2"},
         {"role": "assistant", "content": "a"},
     ])
     assert parse_request(raw, RESPONSES).messages == (

@@ -47,7 +47,8 @@ class KeywordSpec:
         ``KEYWORD_OVERLAP_CHARS``), checking
         ``budget`` before each chunk: Python's regex engine holds the interpreter for a whole
         search, and an 8 MiB prompt would hold the event loop for seconds. Same result as
-        ``evaluate`` for keywords and for regex matches shorter than the overlap."""
+        ``evaluate`` for keywords, and for regexes whose matches and lookarounds stay within
+        the overlap (a chunk's search sees its window's end as the text's end)."""
         firsts: list[str | None] = []
         for pattern in self.patterns:
             found = None

@@ -15,6 +15,7 @@ from classifiers import (
     BatchingSettings,
     ClassifierError,
     ClassifierSettings,
+    ClassifierTimeout,
     LearnedSignalSpec,
     Overloaded,
 )
@@ -163,6 +164,23 @@ async def test_a_failed_encoder_call_reaches_the_caller_as_a_classifier_error(
         await engine.evaluate("anything")
     assert str(caught.value) == expected
     assert type(caught.value) is (Overloaded if isinstance(raised, Overloaded) else ClassifierError)
+
+
+async def test_no_time_left_fails_at_once_without_a_queue_slot(
+    engine: SignalEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A request whose time is already spent (the router's wait before Envoy's timeout) is a
+    timeout at once; it never takes a slot an overloaded queue needs for live requests."""
+    submitted: list[object] = []
+
+    async def record(*args: object, **kwargs: object) -> None:
+        submitted.append(args)
+
+    monkeypatch.setattr(engine._encoder_queue, "submit", record)
+    for spent in (0.0, -0.5):
+        with pytest.raises(ClassifierTimeout):
+            await engine.evaluate("anything", None, spent)
+    assert submitted == []
 
 
 async def test_concurrent_requests_match_single_requests(engine: SignalEngine) -> None:
