@@ -15,6 +15,15 @@ from extproc.processor import StreamProcessor
 
 CHAT_HEADERS = {":method": "POST", ":path": "/v1/chat/completions"}
 
+# Two models (the default `general`, and `coder`) for configs that test routing in process.
+TWO_MODELS = """
+providers:
+  defaults: {model: general}
+  models:
+    - {name: general, provider_model_id: m/g, backend_refs: [{name: a, endpoint: "h:1"}]}
+    - {name: coder, provider_model_id: m/c, backend_refs: [{name: b, endpoint: "h:2"}]}
+"""
+
 
 async def send_chat(state: RouterState, model: str, text: str,
                     headers: Mapping[str, str] = CHAT_HEADERS,

@@ -12,14 +12,9 @@ from classifiers.api import Overloaded, SignalScore
 from extproc.config import load_config_text
 from extproc.context import RouterState, build_state
 from extproc.metrics import RouterMetrics
-from tests.processor_support import routed_decision, send_chat
+from tests.processor_support import TWO_MODELS, routed_decision, send_chat
 
-CONFIG = """
-providers:
-  defaults: {model: general}
-  models:
-    - {name: general, provider_model_id: m/g, backend_refs: [{name: a, endpoint: "h:1"}]}
-    - {name: coder, provider_model_id: m/c, backend_refs: [{name: b, endpoint: "h:2"}]}
+CONFIG = TWO_MODELS + """
 router: {guard_explicit_models: GUARD}
 signals:
   - {name: forbidden, type: keyword, keywords: [open sesame]}

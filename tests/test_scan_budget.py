@@ -22,15 +22,10 @@ from extproc.config import load_config_text
 from extproc.context import RouterState, build_state, scan_timeout_s
 from extproc.metrics import RouterMetrics
 from extproc.signals import evaluator as evaluator_module
-from tests.processor_support import routed_decision, send_chat
+from tests.processor_support import TWO_MODELS, routed_decision, send_chat
 from tests.scan_support import Records, SlowScan
 
-CONFIG = """
-providers:
-  defaults: {model: general}
-  models:
-    - {name: general, provider_model_id: m/g, backend_refs: [{name: a, endpoint: "h:1"}]}
-    - {name: coder, provider_model_id: m/c, backend_refs: [{name: b, endpoint: "h:2"}]}
+CONFIG = TWO_MODELS + """
 classifiers: {batching: {timeout_ms: 300}}
 signals:
   - name: sensitive_ids
