@@ -10,7 +10,9 @@ decision names), and `text` or chat `messages`) holds 319 chat-style prompts wri
 audit on 2026-11-30, never trained on: code and science questions as people type them,
 general requests, jailbreaks and harmless look-alikes, PII and harmless numbers, follow-ups
 and topic switches. The default keyword lists were extended after that audit (see
-bench/RESULTS.md), so their categories read somewhat optimistic here.
+bench/RESULTS.md), so their categories read somewhat optimistic there;
+`bench/data/everyday_prompts_heldout.jsonl` (166 prompts written afterwards, without seeing the
+lists) is the held-out check: never tune on it.
 """
 
 from __future__ import annotations
