@@ -5,6 +5,7 @@ No torch: learned signals come from a fake engine with the ``LearnedEngine`` sha
 
 from __future__ import annotations
 
+import random
 import re
 from collections.abc import Mapping
 
@@ -32,6 +33,7 @@ from extproc.signals.specs import (
     LearnedSpec,
     compile_keywords,
     estimate_tokens,
+    keyword_pattern,
 )
 from extproc.signals.specs import SignalSpec as Spec
 
@@ -353,3 +355,29 @@ async def test_score_missing_from_engine_counts_as_error() -> None:
         "b": SignalResult("b", True, error="error"),
     }
     assert hooked == [("b", "error", "match")]
+
+
+def test_keyword_trie_matches_exactly_where_the_keywords_own_patterns_match() -> None:
+    """`any` whole-word keywords compile to one trie-shaped alternation: same texts matched,
+    at the same earliest position, labelled with one of the keywords matching there."""
+    rng = random.Random(11)
+    vocabulary = ["java", "javascript", "react", "react native", "unit test", "c++", "c#",
+                  "node.js", "ohm's law", "p-value", "git", "github", "k8s", "x2", "regex"]
+    alphabet = "abcdejgiknorstuvx +#.'-2_\n"
+    for _ in range(400):
+        keywords = rng.sample(vocabulary, rng.randint(1, 8))
+        pieces = [rng.choice([*keywords, "".join(rng.choice(alphabet) for _ in range(5))])
+                  for _ in range(rng.randint(1, 6))]
+        text = rng.choice(["", " ", "-"]).join(
+            p.upper() if rng.random() < 0.2 else p for p in pieces)
+        (trie,) = compile_keywords(keywords, regex=False, case_sensitive=False,
+                                   word_boundary=True, match_all=False)
+        own = [re.compile(keyword_pattern(k, regex=False, word_boundary=True), re.I)
+               for k in keywords]
+        hits = [m for p in own if (m := p.search(text))]
+        found = trie.search(text)
+        assert (found is None) == (not hits), (keywords, text)
+        if found is not None:
+            first = min(m.start() for m in hits)
+            assert found.start() == first, (keywords, text)
+            assert found.group(0) in {m.group(0) for m in hits if m.start() == first}
