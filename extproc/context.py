@@ -63,10 +63,9 @@ def guard_decisions(config: RouterConfig) -> tuple[CompiledDecision, ...]:
     return tuple(d for d in config.decisions if d.plugins.block is not None and not d.shadow)
 
 
-def _guard(config: RouterConfig, metrics: RouterMetrics,
-           engine: LearnedEngine | None) -> SignalEvaluator | None:
-    guards = guard_decisions(config) if config.router.guard_explicit_models else ()
-    if not guards:
+def _guard(config: RouterConfig, metrics: RouterMetrics, engine: LearnedEngine | None,
+           guards: tuple[CompiledDecision, ...]) -> SignalEvaluator | None:
+    if not guards or not config.router.guard_explicit_models:
         return None
     needed = frozenset().union(*(signals_of(d.rule) for d in guards))
     return SignalEvaluator(config.signals, needed, engine, on_signal_error=metrics.signal_error,
@@ -95,6 +94,7 @@ def build_state(
         on_windows=metrics.classifier_windows, scan_timeout_s=scan_timeout_s(config),
     )
     created = int(time.time())
+    guards = guard_decisions(config)
     objects = {name: _model_object(name, created) for name in config.public_model_names}
     models_body = json.dumps({"object": "list", "data": list(objects.values())}).encode()
     # Chat also accepts a model's (unambiguous) provider id, so retrieving it finds it too;
@@ -105,8 +105,8 @@ def build_state(
     return RouterState(
         config=config,
         evaluator=evaluator,
-        guard=_guard(config, metrics, engine),
-        guard_decisions=guard_decisions(config),
+        guard=_guard(config, metrics, engine, guards),
+        guard_decisions=guards,
         metrics=metrics,
         text_source=TextSource(config.router.text_source),
         endpoints=ENDPOINTS,

@@ -75,6 +75,12 @@ class Route:
 
 
 _HEADER_ATTRIBUTES: Final = tuple(HEADER_ATTRIBUTES.items())
+
+
+def _signal_errors(results: Mapping[str, SignalResult]) -> tuple[tuple[str, str], ...]:
+    """(signal, error kind) of each failed signal, for the route and its log line."""
+    return tuple((r.name, r.error) for r in results.values() if r.error)
+
 # The share of Envoy's message timeout kept for answering after the classifiers' wait ends.
 REPLY_MARGIN: Final = 0.1
 
@@ -335,9 +341,8 @@ class StreamProcessor:
     ) -> tuple[Route | None, Mapping[str, SignalResult]]:
         """A request naming a model faces the blocking decisions (jailbreak, PII refusals) on
         the signals they read: the blocked route, or None to route it to its model, and the
-        signals' results. An
-        overloaded classifier lets it through (the model was named, no routing is lost)
-        unless ``router.on_overload`` is ``reject``."""
+        signals' results. An overloaded classifier lets it through (the model was named, no
+        routing is lost) unless ``router.on_overload`` is ``reject``."""
         guard = self._state.guard
         assert guard is not None
         text = request.classifier_text(self._state.text_source)
@@ -352,9 +357,8 @@ class StreamProcessor:
         outcome = self._state.guard_decide(results)
         if outcome.plugins.block is None or self._config.router.mode == "shadow":
             return None, results
-        errors = tuple((r.name, r.error) for r in results.values() if r.error)
         return Route(outcome.decision, model, "blocked", plugins=outcome.plugins,
-                     signal_errors=errors), results
+                     signal_errors=_signal_errors(results)), results
 
     async def _explicit(self, request: OpenAIRequest, started: float) -> Route:
         """A request naming a model: to that model, unless a blocking decision refuses it."""
@@ -397,7 +401,7 @@ class StreamProcessor:
             return Route(DEFAULT_DECISION, default, "unclassified", "overloaded")
         outcome = self._state.decide(results)
         debug = debug_summary(outcome.decision, results) if self._debug else ""
-        errors = tuple((r.name, r.error) for r in results.values() if r.error)
+        errors = _signal_errors(results)
         if config.router.mode == "shadow":
             return Route(outcome.decision, outcome.model or "", "shadow",
                          shadowed=(*outcome.shadowed, outcome.decision), debug=debug,

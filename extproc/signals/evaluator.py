@@ -164,10 +164,6 @@ class SignalEvaluator:
             return texts[source]
 
         results: dict[str, SignalResult] = {}
-        for keyword in self._keywords:
-            keyword_text = pick(keyword.text_source)
-            if len(keyword_text) <= KEYWORD_INLINE_CHARS:
-                results[keyword.name] = keyword.evaluate(keyword_text)
         for length in self._lengths:
             results[length.name] = length.evaluate(tokens)
         # scans of long texts run on threads while the learned signals run, so a huge prompt
@@ -189,14 +185,16 @@ class SignalEvaluator:
     async def _scans(
         self, pick: Callable[[str | None], str], results: dict[str, SignalResult]
     ) -> list[Awaitable[dict[str, SignalResult]]]:
-        """PII and language results for short texts (inline, into ``results``); the scans of
-        long texts (keywords: over ``KEYWORD_INLINE_CHARS``), to be awaited (started only once
-        every inline one is done, so a rejecting signal leaves no scan behind)."""
+        """Keyword, PII and language results for short texts (inline, into ``results``); the
+        scans of long texts (keywords: over ``KEYWORD_INLINE_CHARS``), to be awaited (started
+        only once every inline one is done, so a rejecting signal leaves no scan behind)."""
         slow: list[tuple[str, Callable[[], Awaitable[SignalResult]]]] = []
         for keyword in self._keywords:
             text = pick(keyword.text_source)
             if len(text) > KEYWORD_INLINE_CHARS:
                 slow.append((keyword.name, partial(self._evaluate_keywords, keyword, text)))
+            else:
+                results[keyword.name] = keyword.evaluate(text)
         for spec, detector in self._pii:
             text = pick(spec.text_source)
             if len(text) > _INLINE_TEXT_CHARS:

@@ -44,15 +44,16 @@ class KeywordSpec:
     def scan(self, text: str, budget: ScanBudget | None) -> SignalResult:
         """``evaluate`` for a long text, chunk by chunk (``classifiers.scan.windows``, whose
         cuts fall on whitespace, of ``KEYWORD_CHUNK_CHARS`` overlapping by
-        ``KEYWORD_OVERLAP_CHARS``), checking
-        ``budget`` before each chunk: Python's regex engine holds the interpreter for a whole
-        search, and an 8 MiB prompt would hold the event loop for seconds. Same result as
+        ``KEYWORD_OVERLAP_CHARS``), checking ``budget`` before each chunk: Python's regex
+        engine holds the interpreter for a whole search, and an 8 MiB prompt would hold the
+        event loop for seconds. Same result as
         ``evaluate`` for keywords, and for regexes whose matches and lookarounds stay within
         the overlap (a chunk's search sees its window's end as the text's end)."""
+        chunks = windows(text, KEYWORD_CHUNK_CHARS, KEYWORD_OVERLAP_CHARS)
         firsts: list[str | None] = []
         for pattern in self.patterns:
             found = None
-            for window in windows(text, KEYWORD_CHUNK_CHARS, KEYWORD_OVERLAP_CHARS):
+            for window in chunks:
                 if budget is not None:
                     budget.check()
                 for match in pattern.finditer(text, window.start, window.end):
