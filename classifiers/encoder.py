@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from transformers import AutoModel, AutoTokenizer, BatchEncoding, PreTrainedTokenizerBase
+from transformers import AutoModel, BatchEncoding, PreTrainedTokenizerBase
 
 from classifiers.adapter import (
     ADAPTER_CONFIG,
@@ -24,6 +24,7 @@ from classifiers.adapter import (
 )
 from classifiers.device import default_dtype, quantize_int8, resolve_device
 from classifiers.tracing import HiddenStates, trace_model
+from classifiers.windowing import load_tokenizer
 
 BUNDLED_MODEL_ID = BASE_ENCODER_ID
 BUNDLED_ADAPTER = "bundled"  # `adapter` value: the LoRA adapter shipped in classifiers/models
@@ -105,7 +106,7 @@ class Encoder:
         model_id = BUNDLED_MODEL_ID if path is None else path
         torch_device = resolve_device(device, env={})
         chosen_dtype = dtype or default_dtype(torch_device)
-        tokenizer = AutoTokenizer.from_pretrained(source)
+        tokenizer = load_tokenizer(source)
         model = AutoModel.from_pretrained(source, dtype=torch.float32)
         lora = adapter_dir(path, adapter)
         if lora is not None:

@@ -38,6 +38,7 @@ from classifiers.adapter import (
 from classifiers.encoder import BUNDLED_MODEL_ID, bundled_encoder_dir, mean_pool
 from classifiers.student import apply_student, keep_layers, layer_parameters, save_student
 from classifiers.training import Example, TrainConfig, read_jsonl, split_groups
+from classifiers.windowing import load_tokenizer
 
 
 @dataclass(frozen=True)
@@ -81,9 +82,9 @@ class MultiTask:
         student_layers: Sequence[int] = (), teacher: Path | None = None,
         init: Path | None = None,
     ) -> None:
-        from transformers import AutoModel, AutoTokenizer
+        from transformers import AutoModel
 
-        self.tokenizer = AutoTokenizer.from_pretrained(source)
+        self.tokenizer = load_tokenizer(source)
         self.model = AutoModel.from_pretrained(source)
         self.lora: dict[str, LoRALinear] = {}
         self.student: list[torch.nn.Parameter] = []

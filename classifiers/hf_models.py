@@ -19,7 +19,6 @@ import torch
 from transformers import (
     AutoModelForSequenceClassification,
     AutoModelForTokenClassification,
-    AutoTokenizer,
     PreTrainedTokenizerBase,
 )
 
@@ -29,7 +28,7 @@ from classifiers.device import quantize_int8
 from classifiers.runners import TruncatedCallback, forward_rows, pad_id_of, rows_by_owner
 from classifiers.signals import TOP_K
 from classifiers.tracing import HiddenStates, trace_model
-from classifiers.windowing import split_windows
+from classifiers.windowing import load_tokenizer, split_windows
 
 ModelKind = Literal["sequence", "token"]
 _TAG_PREFIXES = ("B-", "I-", "E-", "S-", "L-", "U-")
@@ -86,7 +85,7 @@ class HFModelRunner:
     ) -> HFModelRunner:
         """Load tokenizer + model onto `device` in `dtype` (int8-quantized on CPU if asked;
         a checked TorchScript trace of it with `trace`, see `classifiers.tracing`)."""
-        tokenizer = AutoTokenizer.from_pretrained(path)
+        tokenizer = load_tokenizer(path)
         auto = (
             AutoModelForSequenceClassification
             if kind == "sequence"

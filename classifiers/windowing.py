@@ -28,6 +28,16 @@ _TOKENIZER_LOCKS: weakref.WeakKeyDictionary[PreTrainedTokenizerBase, threading.L
 )
 
 
+def load_tokenizer(path: str) -> PreTrainedTokenizerBase:
+    """The tokenizer at `path`, reading special-token strings in the text as plain text: a
+    prompt holding "[CLS]" or "[PAD]" reaches the served model as punctuation, so the
+    classifiers must not see it as the encoder's control tokens (ten "[CLS]" in front of a
+    jailbreak would otherwise hide it)."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(path, split_special_tokens=True)
+
+
 def _tokenizer_lock(tokenizer: PreTrainedTokenizerBase) -> threading.Lock:
     """The tokenizer's lock: a lookup, made once per tokenizer (setdefault keeps one winner)."""
     lock = _TOKENIZER_LOCKS.get(tokenizer)
