@@ -276,6 +276,13 @@ def local_reply_config(config: RouterConfig) -> dict[str, Any]:
          "body_format_override": _openai_error(
              "the semantic router is unavailable; retry shortly", "server_error",
              "router_unavailable")},
+        # A request Envoy's codec cannot take (`transfer-encoding: gzip, chunked`): 501 in
+        # HTTP terms, but the client's mistake, so a 400 like any malformed request.
+        {"filter": _cel(f"{ours} && response.code == 501"),
+         "status_code": 400,
+         "body_format_override": _openai_error(
+             "the proxy could not parse the request (%RESPONSE_CODE_DETAILS%)",
+             "invalid_request_error", "request_rejected")},
         {"filter": _cel(f"{ours} && response.code >= 500"),
          "body_format_override": _openai_error(
              "the upstream is unavailable (%RESPONSE_CODE_DETAILS%)", "server_error",

@@ -128,7 +128,10 @@ async def start_grpc_server(
     """Start the server; returns it, its health servicer (NOT_SERVING until the caller marks
     it ready) and the bound port. ``extra_handlers`` (e.g. EDS) are served alongside;
     ``credentials`` serve TLS instead of plaintext."""
-    limit = max_message_bytes + 64 * 1024  # the body plus the message's own framing
+    # On HTTP/2 Envoy buffers a body without a content-length up to twice the stream's
+    # limit before it refuses it itself; such a body must reach the processor (413 in
+    # JSON), not fail here as an oversized gRPC message (a 500 naming the router).
+    limit = 2 * max_message_bytes + 1024 * 1024
     server = grpc.aio.server(
         options=[
             ("grpc.max_receive_message_length", limit),

@@ -6,6 +6,7 @@ request."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 
 import httpx
 import openai
@@ -174,4 +175,46 @@ async def test_an_oversized_declared_body_is_refused_before_it_is_sent(stack: St
     at_limit = await post(stack, head + b" " * (limit - len(head) - len(tail)) + tail)
     assert at_limit.status_code == 200, at_limit.text[:200]  # the limit itself is allowed
     assert at_limit.headers["x-backend-id"] == "code-1"
+    await assert_still_routes(stack)
+
+
+async def test_a_transfer_encoding_envoy_cannot_take_is_a_400(stack: Stack) -> None:
+    """Envoy answers ``transfer-encoding: gzip, chunked`` with 501: the client's mistake, so
+    it must not read as a server error blaming the upstream."""
+    body = b'{"model":"auto","messages":[{"role":"user","content":"hi"}]}'
+    for coding in (b"gzip, chunked", b"chunked, chunked"):
+        reply = await raw_exchange(
+            stack, b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n"
+            b"content-type: application/json\r\ntransfer-encoding: " + coding + b"\r\n\r\n"
+            + b"%x\r\n" % len(body) + body + b"\r\n0\r\n\r\n")
+        head, _, content = reply.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 400 "), reply
+        error = httpx.Response(400, content=content).json()["error"]
+        assert error["type"] == "invalid_request_error" and error["code"] == "request_rejected"
+    await assert_still_routes(stack)
+
+
+async def test_an_http2_body_over_the_limit_without_a_length_is_a_413(stack: Stack) -> None:
+    """On HTTP/2 Envoy passes a body with no content-length up to about twice the limit to
+    the router: the router's gRPC server took it for an oversized message (500)."""
+    limit = stack.config.listener.max_request_bytes
+    head = b'{"model": "auto", "messages": [{"role": "user", "content": "'
+    tail = b'"}]}'
+    size = limit + limit // 2
+
+    async def chunks() -> AsyncIterator[bytes]:
+        yield head
+        left = size - len(head) - len(tail)
+        while left > 0:
+            yield b"a" * min(left, 1 << 20)
+            left -= 1 << 20
+        yield tail
+
+    async with httpx.AsyncClient(http1=False, http2=True, timeout=30) as client:
+        response = await client.post(
+            f"{stack.base_url}/v1/chat/completions", content=chunks(),
+            headers={"content-type": "application/json"})
+    assert response.http_version == "HTTP/2"
+    assert response.status_code == 413, response.text[:300]
+    assert response.json()["error"]["code"] == "request_too_large"
     await assert_still_routes(stack)
