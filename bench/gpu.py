@@ -108,7 +108,7 @@ async def main(args: argparse.Namespace) -> int:
     if args.host_only:
         skip_forward_pass()
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout)
-    for noisy in ("presidio-analyzer", "httpx", "urllib3"):
+    for noisy in ("httpx", "urllib3"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     config = load_config(args.config)
     if args.trace:

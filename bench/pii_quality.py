@@ -6,7 +6,7 @@ templates with a context word ("my email is ...") and half without ("... is what
 A value counts as found when a finding of its type overlaps its span. Then it runs the hand-written
 prompts below that only talk about PII formats (no real value; placeholders such as XXX-XX-XXXX)
 and, as extra negatives, every prompt of `--negatives` (JSONL with "text"): any finding there is a
-false positive. Runs in well under a minute on CPU after the ~5 s Presidio import.
+false positive. Runs in well under a minute on CPU.
 
 Values: e-mail, US SSN, IPv4/IPv6 and credit cards (all Faker card types, Luhn-valid) from Faker;
 phone numbers from Faker's en_US, en_GB, de_DE, fr_FR, en_IN and pt_BR locales (the detector's

@@ -1,6 +1,6 @@
 """Phone numbers by written shape and nearby words, beside libphonenumber's validity check.
 
-`classifiers.pii` runs Presidio's libphonenumber recognizer, which only reports numbers valid in a
+`classifiers.pii` runs a libphonenumber recognizer, which only reports numbers valid in a
 region's numbering plan: a number with an unassigned area code, or with an `x123` extension, is
 dropped. `find_phones` adds numbers by shape; `judge` filters libphonenumber's matches with the
 same rules. Constraints:

@@ -1,20 +1,20 @@
-"""Structured PII detection built on Presidio's pattern recognizers, without an NLP model.
+"""Structured PII detection with regex-and-checksum recognizers, without an NLP model.
 
-Presidio's predefined recognizers for e-mail, phone, credit card (Luhn), US SSN, IBAN (checksum)
-and IP address are used directly with `nlp_artifacts=None`, so no spaCy model is downloaded or
-loaded (`presidio-analyzer` still imports spaCy, ~2-8 s once at start-up: construct the detector at
-start-up, never per request). The card pattern gains Mastercard's 2-series, which it predates.
-Presidio ships no API-key recognizer, so one is added here as a Presidio `PatternRecognizer` with
-vendor token formats and `Bearer` headers. Phone numbers libphonenumber rejects (unassigned area
-codes, `x123` extensions) are added by shape, and bare digit runs next to a phone word, by
-`classifiers.phones`, which also drops numbers in prose that a numbering plan happens to accept.
+E-mail, phone, credit card (Luhn), US SSN, IBAN (checksum) and IP address come from
+`classifiers.pii_recognizers`, our own versions of presidio-analyzer's predefined pattern
+recognizers with the same spans and scores (tests/classifiers/test_pii_parity.py checks them
+against Presidio where it is installed); nothing here imports presidio or spaCy. The card
+patterns add Mastercard's 2-series, 19-digit Visa, 15-digit JCB and Maestro to Presidio's. An
+API-key recognizer covers vendor token formats and `Bearer` headers. Phone numbers
+libphonenumber rejects (unassigned area codes, `x123` extensions) are added by shape, and bare
+digit runs next to a phone word, by `classifiers.phones`, which also drops numbers in prose that
+a numbering plan happens to accept. Construct the detector at start-up (it compiles patterns and
+loads tldextract's suffix list), never per request.
 
-What the AnalyzerEngine would add with a spaCy model is reproduced cheaply: the context boost (a
-recognizer's context words within a short window before a match raise its score, as Presidio's
-LemmaContextAwareEnhancer does with its default factors; phone words count on either side of a
-number) and overlap resolution (keep the higher-scoring of two overlapping findings). E-mail
-validation uses tldextract's bundled suffix snapshot: the default extractor would try to download
-the public suffix list on first use.
+What Presidio's AnalyzerEngine would add with a spaCy model is reproduced cheaply: the context
+boost (a recognizer's context words within a short window before a match raise its score, as
+Presidio's LemmaContextAwareEnhancer does with its default factors; phone words count on either
+side of a number) and overlap resolution (keep the higher-scoring of two overlapping findings).
 
 Prompts that only talk about formats ("how does the Luhn check work?") produce no findings:
 every finding needs a value that matches a pattern and passes its validator.
@@ -26,9 +26,20 @@ import bisect
 import re
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
-from typing import Any
 
 from classifiers import phones, ssn
+from classifiers.pii_policy import Refiner, normalize
+from classifiers.pii_recognizers import (
+    IbanRecognizer,
+    Pattern,
+    PatternRecognizer,
+    PhoneRecognizer,
+    Recognizer,
+    card_recognizer,
+    email_recognizer,
+    ip_recognizer,
+    ssn_recognizer,
+)
 from classifiers.scan import CHUNK_CHARS, ScanBudget, windows
 
 ENTITY_TYPES: tuple[str, ...] = (
@@ -69,6 +80,14 @@ EXTRA_CARD_PATTERNS = (
     ("jcb_15", r"\b(?:2131|1800)[- ]?\d{4}[- ]?\d{4}[- ]?\d{3}\b"),
     ("maestro", r"\b(?:5018|5020|5038|5893|6304|6759|676[1-3])\d{8,15}\b"),
 )
+# Beyond Presidio (classifiers.pii_policy): cards grouped with dots, slashes, underscores,
+# runs of spaces or " - ", the same separator throughout (4-4-4-4, 4-4-4-4-3, Amex 4-6-5).
+_SEPARATOR = r"(?P<sep>[ ._/]{1,3}| - )"
+SEPARATED_CARD_PATTERNS = (
+    ("separated_16_19", rf"\b[2-6]\d{{3}}{_SEPARATOR}\d{{4}}(?P=sep)\d{{4}}(?P=sep)\d{{4}}"
+                        rf"(?:(?P=sep)\d{{3}})?\b"),
+    ("separated_amex", rf"\b3[47]\d{{2}}{_SEPARATOR}\d{{6}}(?P=sep)\d{{5}}\b"),
+)
 API_KEY_CONTEXT = ("api", "key", "token", "secret", "bearer", "authorization", "credential")
 
 
@@ -97,70 +116,52 @@ def _has_mixed_chars(value: str) -> bool:
     return any(c.isdigit() for c in token) and any(c.isalpha() for c in token)
 
 
-def _build_recognizers(entity_types: Collection[str]) -> list[Any]:
-    """Presidio recognizers for the requested entity types (imports presidio lazily)."""
-    try:
-        import tldextract
-        from presidio_analyzer import Pattern, PatternRecognizer
-        from presidio_analyzer.predefined_recognizers import (
-            CreditCardRecognizer,
-            EmailRecognizer,
-            IbanRecognizer,
-            IpRecognizer,
-            PhoneRecognizer,
-            UsSsnRecognizer,
-        )
-    except ImportError as err:  # a packaging error, reported at start-up with the fix
-        raise ImportError(
-            "PII detection needs presidio-analyzer (pip install presidio-analyzer); "
-            "no spaCy model is required"
-        ) from err
+def _build_recognizers(
+    entity_types: Collection[str], presidio_compatible: bool
+) -> list[Recognizer]:
+    """Recognizers for the requested entity types, in the order requested (API_KEY last)."""
 
-    # Empty suffix_list_urls: use the snapshot bundled with tldextract, never the network.
-    offline_tld = tldextract.TLDExtract(suffix_list_urls=(), cache_dir=None)
+    def validate_api_key(value: str) -> bool | None:
+        if value.lower().startswith("bearer"):
+            return _has_mixed_chars(value)
+        return None  # vendor prefixes are specific enough; keep the pattern's score
 
-    class OfflineEmailRecognizer(EmailRecognizer):
-        def validate_result(self, pattern_text: str) -> bool:
-            return bool(offline_tld(pattern_text).fqdn)
-
-    def card_recognizer() -> Any:
-        # Presidio's pattern predates Mastercard's 2221-2720 range (issued since 2017); add it,
-        # still Luhn-validated by the recognizer.
+    def card() -> Recognizer:
+        # Presidio's card pattern predates Mastercard's 2221-2720 range (issued since 2017)
+        # and misses a few other shapes; the added ones are Luhn-checked like the rest.
         extra = [Pattern("mastercard_2_series", MASTERCARD_2_SERIES, 0.3)]
         extra += [Pattern(name, regex, 0.3) for name, regex in EXTRA_CARD_PATTERNS]
-        return CreditCardRecognizer(patterns=[*CreditCardRecognizer.PATTERNS, *extra])
+        if not presidio_compatible:
+            extra += [Pattern(name, regex, 0.3) for name, regex in SEPARATED_CARD_PATTERNS]
+        return card_recognizer(extra)
 
-    class ApiKeyRecognizer(PatternRecognizer):
-        def validate_result(self, pattern_text: str) -> bool | None:
-            if pattern_text.lower().startswith("bearer"):
-                return _has_mixed_chars(pattern_text)
-            return None  # vendor prefixes are specific enough; keep the pattern's score
-
-    api_keys = ApiKeyRecognizer(
-        supported_entity="API_KEY",
-        patterns=[Pattern(name, regex, score) for name, regex, score in API_KEY_PATTERNS],
-        context=list(API_KEY_CONTEXT),
-    )
-    available: dict[str, Callable[[], Any]] = {
-        "EMAIL_ADDRESS": OfflineEmailRecognizer,
-        "PHONE_NUMBER": lambda: PhoneRecognizer(supported_regions=PHONE_REGIONS),
-        "CREDIT_CARD": card_recognizer,
-        "US_SSN": UsSsnRecognizer,
+    available: dict[str, Callable[[], Recognizer]] = {
+        "EMAIL_ADDRESS": email_recognizer,
+        "PHONE_NUMBER": lambda: PhoneRecognizer(PHONE_REGIONS),
+        "CREDIT_CARD": card,
+        "US_SSN": ssn_recognizer,
         "IBAN_CODE": IbanRecognizer,
-        "IP_ADDRESS": IpRecognizer,
+        "IP_ADDRESS": ip_recognizer,
+        "API_KEY": lambda: PatternRecognizer(
+            "API_KEY",
+            [Pattern(name, regex, score) for name, regex, score in API_KEY_PATTERNS],
+            API_KEY_CONTEXT,
+            validate=validate_api_key,
+        ),
     }
-    recognizers = [available[name]() for name in entity_types if name in available]
-    if "API_KEY" in entity_types:
-        recognizers.append(api_keys)
-    return recognizers
+    # API_KEY last, as before: order decides between equal findings of two types.
+    ordered = [name for name in entity_types if name != "API_KEY"]
+    ordered += ["API_KEY"] if "API_KEY" in entity_types else []
+    return [available[name]() for name in ordered]
 
 
 class PiiDetector:
-    """Detect structured PII in a text; construct once (slow import), call `detect` per request.
+    """Detect structured PII in a text; construct once at start-up, call `detect` per request.
 
     `entity_types=None` means all of `ENTITY_TYPES`; unknown names raise `ValueError`.
     Findings below `min_score` (after the context boost) are dropped. Thread-safe: `detect`
-    keeps no state between calls.
+    keeps no state between calls. `presidio_compatible=True` leaves out what
+    `classifiers.pii_policy` changes (the parity test's mode; never the router's).
     """
 
     def __init__(
@@ -168,6 +169,8 @@ class PiiDetector:
         entity_types: Collection[str] | None = None,
         min_score: float = DEFAULT_MIN_SCORE,
         chunk_chars: int = CHUNK_CHARS,
+        *,
+        presidio_compatible: bool = False,
     ) -> None:
         chosen = tuple(ENTITY_TYPES if entity_types is None else entity_types)
         unknown = sorted(set(chosen) - set(ENTITY_TYPES))
@@ -176,7 +179,8 @@ class PiiDetector:
         self.entity_types: tuple[str, ...] = chosen
         self.min_score = min_score
         self.chunk_chars = chunk_chars
-        self._recognizers = _build_recognizers(chosen)
+        self._policy = not presidio_compatible
+        self._recognizers = _build_recognizers(chosen, presidio_compatible)
 
     def detect(self, text: str, budget: ScanBudget | None = None) -> tuple[PiiFinding, ...]:
         """Non-overlapping findings in `text`, ordered by start offset.
@@ -205,26 +209,29 @@ class PiiDetector:
 
     def _candidates(self, text: str) -> list[PiiFinding]:
         """Every finding at or above `min_score` in `text`, overlapping ones included."""
+        if self._policy:
+            text = normalize(text)  # same length: offsets hold
+        refiner = Refiner(text) if self._policy else None
         lowered = text.lower()
         gate = "PHONE_NUMBER" in self.entity_types and bool(_PHONE_CANDIDATE.search(text))
         candidates: list[PiiFinding] = []
         for recognizer in self._recognizers:
-            entities = [e for e in recognizer.supported_entities if e in self.entity_types]
-            if entities == ["PHONE_NUMBER"] and not gate:
+            entity = recognizer.entity
+            if entity == "PHONE_NUMBER" and not gate:
                 continue
-            for result in recognizer.analyze(text, entities=entities, nlp_artifacts=None):
-                if result.entity_type == "PHONE_NUMBER":
+            for found in recognizer.analyze(text):
+                if entity == "PHONE_NUMBER":
                     # Numbers in prose that some numbering plan accepts are dropped here.
-                    keep, context = phones.judge(lowered, result.start, result.end)
+                    keep, context = phones.judge(lowered, found.start, found.end)
                     if not keep:
                         continue
                 else:
-                    window = lowered[max(0, result.start - CONTEXT_WINDOW_CHARS) : result.start]
-                    words = getattr(recognizer, "context", None) or ()
-                    context = any(word in window for word in words)
-                score = float(result.score)
+                    window = lowered[max(0, found.start - CONTEXT_WINDOW_CHARS) : found.start]
+                    context = any(word in window for word in recognizer.context)
+                    if refiner and not refiner.keep(entity, found.start, found.end, context):
+                        continue
                 candidates.append(
-                    self._finding(result.entity_type, result.start, result.end, score, context)
+                    self._finding(entity, found.start, found.end, found.score, context)
                 )
         if "US_SSN" in self.entity_types:  # placeholders Presidio drops, when disclosed
             for start, end in ssn.disclosed_placeholders(text):

@@ -1,7 +1,7 @@
 """Bounded, cancellable scans of long texts on worker threads.
 
 A pattern detector's cost grows with its text, and a request body may hold 8 MiB of it
-(Presidio takes about a second per MB of digit groups). A long text is scanned in chunks:
+(the recognizers take about a second per MB of digit groups). A long text is scanned in chunks:
 ``windows`` cuts it at whitespace where it can and gives each chunk an overlap on both sides,
 so a value spanning a cut, and the context words around it, are seen whole; a finding belongs
 to the chunk its start lies in, so the overlaps never report one twice. ``ScanBudget`` is
@@ -21,7 +21,8 @@ from itertools import pairwise
 from classifiers.api import ClassifierError, ClassifierTimeout
 
 CHUNK_CHARS = 32 * 1024
-"""About 30 ms of Presidio on digit-heavy text: how late a deadline or cancellation is seen."""
+"""About 30 ms of the recognizers on digit-heavy text: how late a deadline or cancellation
+is seen."""
 OVERLAP_CHARS = 256
 """Context scanned on each side of a chunk: longer than any value shape the detectors look
 for plus the context windows they read (40 characters before a value, 30 after)."""

@@ -1,4 +1,4 @@
-"""US social security numbers that Presidio drops on purpose: the published placeholders
+"""US social security numbers that the SSN recognizer drops on purpose: the published placeholders
 (123-45-6789, 987-65-4320, 078-05-1120), which it treats as examples.
 
 In a prompt they are examples only when the text talks about the format ("SSNs look like
@@ -24,7 +24,7 @@ _DISCLOSED = re.compile(
     + r"\s*(?:(?:is|was|=|:|#|-)\s*){1,2}[\"'(]?(?P<number>" + _PLACEHOLDER + r")\b",
     re.IGNORECASE,
 )
-SCORE = 0.85  # as Presidio scores an SSN with context
+SCORE = 0.85  # as the SSN recognizer scores one with context
 
 
 def disclosed_placeholders(text: str) -> Iterator[tuple[int, int]]:

@@ -41,7 +41,7 @@ decisions:
   - {name: code, rules: {signal: code_kw}, model: coder}
 """
 HEADERS = {":method": "POST", ":path": "/v1/chat/completions", "x-request-id": "r-huge"}
-HUGE = "1234 5678 " * 800_000  # 8 MB of digit groups: ~7 s of Presidio in one pass
+HUGE = "1234 5678 " * 800_000  # 8 MB of digit groups: ~7 s of pattern recognizers in one pass
 
 
 @pytest.fixture

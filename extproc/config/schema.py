@@ -260,7 +260,8 @@ class LearnedSignal(SignalBase, TextSourced):
 
 
 class PiiSignal(SignalBase, TextSourced):
-    """Structured PII (Presidio pattern recognizers): matched when any wanted type is found;
+    """Structured PII (pattern recognizers with validators): matched when any wanted type is
+    found;
     a rule's ``label`` names one entity type (``{signal: pii, label: CREDIT_CARD}``)."""
 
     type: Literal["pii"]

@@ -85,7 +85,7 @@ def _language_detector(spec: LanguageSpec) -> LanguageDetector:
 
 
 def _pii_detector(spec: PiiSpec) -> PiiDetector:
-    from classifiers.pii import PiiDetector  # Presidio imports slowly: only when configured
+    from classifiers.pii import PiiDetector  # only when configured
 
     return PiiDetector(spec.entity_types)
 

@@ -9,8 +9,6 @@ from collections.abc import Callable
 
 import pytest
 
-pytest.importorskip("presidio_analyzer")
-
 from classifiers.pii import ENTITY_TYPES, PiiDetector, PiiFinding
 
 TEMPLATES = (

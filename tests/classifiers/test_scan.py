@@ -8,8 +8,6 @@ import random
 
 import pytest
 
-pytest.importorskip("presidio_analyzer")
-
 from classifiers.api import ClassifierTimeout
 from classifiers.language import LanguageDetector
 from classifiers.pii import PiiDetector, PiiFinding, _resolve_overlaps

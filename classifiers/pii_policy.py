@@ -1,0 +1,106 @@
+"""Where PII detection departs from Presidio's recognizers on purpose: hostile spellings of real
+values are read as the values they are, and shapes that code, logs and documentation are full
+of are not taken for someone's numbers.
+
+Spellings (`normalize`): Unicode decimal digits (full-width, Arabic-Indic, Devanagari...) read as
+ASCII digits, Unicode spaces (no-break, thin, ideographic) as a space and Unicode dashes as "-",
+one character for one, so spans keep their offsets. "４１１１ １１１１ …" or a card copied with
+no-break spaces is a card. Separators other than one space or dash are handled by the extra
+card patterns in `classifiers.pii` (dots, slashes, runs of spaces, each used consistently).
+
+Shapes (`Refiner.keep`), each decided on a finding with the context words around it:
+- a card number whose digits start with 1 is a card only at 15 digits (UATP): the 16-digit
+  runs are microsecond timestamps, one in ten of which passes the Luhn check;
+- an unseparated card-length digit run without a card word, in a text holding several such
+  runs, is an identifier column (order ids, trace ids): one in ten of those passes Luhn too;
+- an SSN written with spaces or dots ("512 48 2210": tensor shapes, table columns) needs an SSN
+  word nearby; the dashed form keeps Presidio's score;
+- an API key that is a placeholder ("sk_test_xxxx…", "YOUR_KEY", "AKIAIOSFODNN7EXAMPLE") or a
+  sample the vendors publish in their documentation is not a credential.
+Published test card numbers and IBAN examples are still found: they are what people type when
+they try a guard, and a prompt cannot show whether a number is someone's.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import unicodedata
+
+
+def _spelling_table() -> dict[int, str]:
+    table: dict[int, str] = {}
+    for code in range(0x80, sys.maxunicode + 1):
+        category = unicodedata.category(chr(code))
+        if category == "Nd":
+            table[code] = str(unicodedata.decimal(chr(code)))
+        elif category == "Zs":
+            table[code] = " "
+    for dash in "\u2010\u2011\u2012\u2013\u2014\u2015\u2212\ufe58\ufe63\uff0d":
+        table[ord(dash)] = "-"
+    return table
+
+
+_SPELLINGS = _spelling_table()
+
+
+def normalize(text: str) -> str:
+    """`text` with other digits, spaces and dashes spelled in ASCII; the same length, so
+    every offset still points at the same character. ASCII text is returned as it is."""
+    return text if text.isascii() else text.translate(_SPELLINGS)
+
+
+# Unseparated card-length runs that make a text look like an identifier column.
+_LONG_RUN = re.compile(r"(?<!\d)\d{13,19}(?!\d)")
+ID_COLUMN_RUNS = 4
+# Placeholder keys: a repeated filler character, or a word that says so.
+_FILLER = re.compile(r"([xX*0.#_-])\1{7,}")
+_PLACEHOLDER_WORDS = re.compile(
+    r"example|your|replace|placeholder|changeme|dummy|sample|fake|redacted|insert|xxxx",
+    re.IGNORECASE)
+# Keys vendors print in their own documentation (Stripe's API reference, jwt.io's sample).
+PUBLISHED_SAMPLE_KEYS = frozenset({
+    "sk_test_4eC39HqLyjWDarjtT1zdp7dc",
+    "pk_test_TYooMQauvdEDq54NiTphI7jx",
+})
+_JWT_IO_PAYLOAD = "eyJzdWIiOiIxMjM0NTY3ODkwIiwibmFtZSI6IkpvaG4gRG9lIi"
+
+
+class Refiner:
+    """The shape checks above for one text (computed lazily, once per text)."""
+
+    def __init__(self, text: str) -> None:
+        self._text = text
+        self._long_runs: int | None = None
+
+    def keep(self, entity: str, start: int, end: int, context: bool) -> bool:
+        value = self._text[start:end]
+        if entity == "CREDIT_CARD":
+            return self._card(value, context)
+        if entity == "US_SSN":
+            return context or not any(c in value for c in " .")
+        if entity == "API_KEY":
+            return not placeholder_key(value)
+        return True
+
+    def _card(self, value: str, context: bool) -> bool:
+        digits = "".join(c for c in value if c.isdigit())
+        if digits.startswith("1") and len(digits) != 15:
+            return False
+        if context or digits != value:
+            return True
+        if self._long_runs is None:
+            self._long_runs = sum(1 for _ in _LONG_RUN.finditer(self._text))
+        return self._long_runs < ID_COLUMN_RUNS
+
+
+def placeholder_key(value: str) -> bool:
+    """A key-shaped value that is filler, says it is an example, or is a published sample."""
+    token = value.split()[-1]
+    return (
+        token in PUBLISHED_SAMPLE_KEYS
+        or _FILLER.search(token) is not None
+        or _PLACEHOLDER_WORDS.search(token) is not None
+        or _JWT_IO_PAYLOAD in token
+        or len(set(token.split("_")[-1].split("-")[-1])) <= 3
+    )

@@ -1,0 +1,103 @@
+"""Where PII detection departs from Presidio on purpose (classifiers.pii_policy): hostile
+spellings of real values are found, shapes from code, logs and docs are not someone's numbers."""
+
+from __future__ import annotations
+
+import pytest
+
+from classifiers.pii import PiiDetector
+
+DETECTOR = PiiDetector(["CREDIT_CARD", "US_SSN", "IBAN_CODE", "API_KEY"])
+
+
+def with_check_digit(stem: str) -> str:
+    """`stem` plus the digit that makes it pass the Luhn check."""
+    for last in "0123456789":
+        digits = [int(c) for c in stem + last][::-1]
+        total = sum(d if i % 2 == 0 else (d * 2 - 9 if d > 4 else d * 2)
+                    for i, d in enumerate(digits))
+        if total % 10 == 0:
+            return stem + last
+    raise AssertionError(stem)
+
+
+def found(text: str) -> list[tuple[str, str]]:
+    return [(f.entity_type, text[f.start:f.end]) for f in DETECTOR.detect(text)]
+
+
+@pytest.mark.parametrize("text", [
+    "my card is ４１１１ １１１１ １１１１ １１１１",                 # full-width digits
+    "card: ٤١١١ ١١١١ ١١١١ ١١١١",                                # Arabic-Indic digits
+    "pay with 4111\u00a01111\u00a01111\u00a01111",               # no-break spaces
+    "pay with 4111\u20091111\u20091111\u20091111",               # thin spaces
+    "pay with 4111\u20131111\u20131111\u20131111",               # en dashes
+    "pay with 4111.1111.1111.1111",
+    "pay with 4111/1111/1111/1111",
+    "pay with 4111_1111_1111_1111",
+    "pay with 4111  1111  1111  1111",
+    "pay with 4111 - 1111 - 1111 - 1111",
+    "amex 3782.822463.10005",
+    "charge 4111111111111111 now",                               # one bare run still counts
+])
+def test_cards_in_other_spellings_are_found(text: str) -> None:
+    assert [entity for entity, _ in found(text)] == ["CREDIT_CARD"], found(text)
+
+
+def test_other_spellings_keep_their_offsets() -> None:
+    text = "x ４１１１ １１１１ １１１１ １１１１ y"
+    ((entity, value),) = found(text)
+    assert entity == "CREDIT_CARD"
+    assert value == "４１１１ １１１１ １１１１ １１１１"
+
+
+def test_ssn_spelled_with_other_dashes_is_found() -> None:
+    assert found("my SSN is 536\u201322\u20138143") == [("US_SSN", "536\u201322\u20138143")]
+
+
+def test_microsecond_timestamps_are_not_cards() -> None:
+    stamp = with_check_digit("173291234512345")  # 16 digits starting with 1, Luhn-valid
+    assert found(f'{{"ts": {stamp}, "level": "info", "msg": "request done"}}') == []
+
+
+def test_an_identifier_column_is_not_cards() -> None:
+    ids = [with_check_digit(f"45320151128{n:04d}") for n in range(6)]
+    log = "\n".join(f"order_id={i} status=synced" for i in ids)
+    assert found(log) == []
+    assert found(f"my card number is {ids[0]}") == [("CREDIT_CARD", ids[0])]
+
+
+def test_ssn_shapes_with_spaces_or_dots_need_an_ssn_word() -> None:
+    table = "shape (512 48 2210) and (901.77.3310)"
+    assert found(table) == []
+    assert found("social security number 512 48 2210") == [("US_SSN", "512 48 2210")]
+    assert found("id 512-48-2210") == [("US_SSN", "512-48-2210")]  # the dashed form as before
+
+
+@pytest.mark.parametrize("key", [
+    "sk_test_xxxxxxxxxxxxxxxxxxxxxxxx",
+    "ghp_XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX",
+    "hf_xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",
+    "sk-" + "x" * 48,
+    "AKIAIOSFODNN7EXAMPLE",
+    "sk-proj-REPLACE_ME_WITH_YOUR_OWN_KEY_123",
+    "sk_test_4eC39HqLyjWDarjtT1zdp7dc",
+    "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIiwibmFtZSI6IkpvaG4gRG9lIiwia"
+    "WF0IjoxNTE2MjM5MDIyfQ.SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c",
+])
+def test_placeholder_and_published_sample_keys_are_not_credentials(key: str) -> None:
+    assert found(f"OPENAI_API_KEY={key}") == []
+
+
+@pytest.mark.parametrize("key", [
+    "sk-proj-a8B3kd93JdkL02mdLq94nZx7Vb2Kq9sLp0Wm",
+    "ghp_a8B3kd93JdkL02mdLq94nZx7Vb2Kq9sLp0Wm",
+    "AKIA2E0A8F3B244C9986",
+])
+def test_real_looking_keys_are_still_found(key: str) -> None:
+    assert found(f"my key is {key}") == [("API_KEY", key)]
+
+
+def test_published_test_cards_and_ibans_are_still_found() -> None:
+    assert found("card 4242 4242 4242 4242") == [("CREDIT_CARD", "4242 4242 4242 4242")]
+    assert found("IBAN DE89 3704 0044 0532 0130 00") == [
+        ("IBAN_CODE", "DE89 3704 0044 0532 0130 00")]
