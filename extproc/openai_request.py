@@ -45,10 +45,11 @@ class TextSource(Enum):
 
 
 # recent_user: a last user message shorter than this (about six words: "why?", "and in Rust?")
-# is read with the user messages before it (at most RECENT_TURNS in all), so a follow-up keeps
-# its topic, while "ok. who won the 1998 world cup?" stands alone.
+# is read with the user messages before it until the text is this long, so a follow-up keeps
+# its topic (and the task a few approvals back, "yes", "go on", still decides in an agent
+# loop), while "ok. who won the 1998 world cup?" stands alone. At most RECENT_MAX_MESSAGES.
 RECENT_MIN_CHARS = 32
-RECENT_TURNS = 3
+RECENT_MAX_MESSAGES = 8
 
 
 _MAX_INT_DIGITS = 4000  # below Python's own 4300-digit guard, whose message names sys.*
@@ -86,7 +87,11 @@ _scanstring = json.decoder.scanstring  # type: ignore[attr-defined]
 _encode_str = json.encoder.encode_basestring
 _encode_str_ascii = json.encoder.encode_basestring_ascii
 _SPAN_KEYS = frozenset({"model", "messages"})
-_TEXT_PARTS = frozenset({"text", "input_text", "output_text"})
+# Content parts whose text the served model reads (vLLM renders refusal and thinking parts of
+# any role as text too): the part type -> the field holding its text. A part of another type
+# that carries a string "text" is read as well: guards must not miss what the model sees.
+_TEXT_FIELDS = {"text": "text", "input_text": "text", "output_text": "text",
+                "refusal": "refusal", "thinking": "thinking", "reasoning": "text"}
 # null content is valid only for assistant turns (tool calls) and tool results
 _CONTENT_REQUIRED = frozenset({"user", "system", "developer"})
 # The roles OpenAI accepts, case-sensitive as it is: guards that read the user turns
@@ -151,7 +156,7 @@ class OpenAIRequest:
 
     def _recent_user_text(self) -> str:
         """The last user message, preceded by earlier user messages while the text is
-        shorter than ``RECENT_MIN_CHARS`` (at most ``RECENT_TURNS`` messages)."""
+        shorter than ``RECENT_MIN_CHARS`` (at most ``RECENT_MAX_MESSAGES`` messages)."""
         turns: list[str] = []
         length = 0
         for message in reversed(self.messages):
@@ -159,7 +164,7 @@ class OpenAIRequest:
                 continue
             turns.append(message.text)
             length += len(message.text.strip())
-            if length >= RECENT_MIN_CHARS or len(turns) == RECENT_TURNS:
+            if length >= RECENT_MIN_CHARS or len(turns) == RECENT_MAX_MESSAGES:
                 break
         if not turns:
             return self.messages[-1].text if self.messages else ""
@@ -223,6 +228,9 @@ def parse_request(body: bytes, endpoint: Endpoint) -> OpenAIRequest:
     raw_messages: tuple[Any, ...] = ()
     if endpoint is Endpoint.CHAT:
         messages = _messages(fields.get("messages"))
+        tools = _tools_text(fields.get("tools"))
+        if tools:  # shown to the model ahead of the conversation
+            messages = (Message("system", tools), *messages)
         raw_messages = tuple(fields["messages"])
         prompt = ""
     elif endpoint is Endpoint.RESPONSES:
@@ -316,8 +324,30 @@ def _messages(value: Any) -> tuple[Message, ...]:
                              param=f"messages[{i}].content")
         if not isinstance(content, str):  # (a string is its own text: no param to format)
             content = _content_text(content, f"messages[{i}].content")
-        out.append(Message(role, content))
+        calls = _call_text(item) if role == "assistant" else ""
+        out.append(Message(role, f"{content}\n{calls}" if content and calls else content or calls))
     return tuple(out)
+
+
+def _call_text(message: dict[str, Any]) -> str:
+    """An assistant turn's tool calls (and legacy ``function_call``) as the model reads them
+    back: each function's name and arguments. Malformed entries are the backend's to refuse."""
+    calls = message.get("tool_calls")
+    functions = [c.get("function") for c in calls if isinstance(c, dict)] \
+        if isinstance(calls, list) else []
+    functions.append(message.get("function_call"))
+    texts = [f"{f.get('name', '')}({f.get('arguments', '')})" for f in functions
+             if isinstance(f, dict) and isinstance(f.get("name", ""), str)
+             and isinstance(f.get("arguments", ""), str)]
+    return "\n".join(texts)
+
+
+def _tools_text(tools: Any) -> str:
+    """The ``tools`` a chat request offers, as the chat template shows them to the model
+    (names, descriptions, parameter schemas): JSON text."""
+    if not isinstance(tools, list) or not tools:
+        return ""
+    return json.dumps(tools, ensure_ascii=False)
 
 
 def _responses_input(value: Any, instructions: Any) -> tuple[Message, ...]:
@@ -337,10 +367,33 @@ def _responses_input(value: Any, instructions: Any) -> tuple[Message, ...]:
         kind = item.get("type")
         reference = kind is None and "content" not in item  # {"id": ...}: its type is optional
         if role is None and (reference or kind not in (None, "message")):
-            continue  # function calls and their outputs, reasoning, item references: no text
+            item_text = _item_text(item, kind)
+            if item_text:  # function calls and their outputs, reasoning summaries
+                out.append(Message("tool" if kind == "function_call_output" else "assistant",
+                                   item_text))
+            continue  # item references: nothing of their own
         role = _role(role, f"input[{i}].role", RESPONSES_ROLES, _RESPONSES_ROLES)
         out.append(Message(role, _content_text(item.get("content"), f"input[{i}].content")))
     return tuple(out)
+
+
+def _item_text(item: dict[str, Any], kind: Any) -> str:
+    """The text a non-message Responses item shows the model: a function call's name and
+    arguments, a call output's string, a reasoning item's summary and content texts."""
+    if kind in ("function_call", "custom_tool_call"):
+        name, arguments = item.get("name"), item.get("arguments", item.get("input"))
+        return f"{name}({arguments})" if isinstance(name, str) and isinstance(arguments, str) \
+            else ""
+    if kind in ("function_call_output", "custom_tool_call_output"):
+        output = item.get("output")
+        if isinstance(output, list):
+            return _content_text(output, "output", strict=False)
+        return output if isinstance(output, str) else ""
+    if kind == "reasoning":
+        parts = [p for key in ("summary", "content") if isinstance(item.get(key), list)
+                 for p in item[key]]
+        return _content_text(parts, "reasoning", strict=False)
+    return ""
 
 
 def _role(role: Any, param: str, names: tuple[str, ...], allowed: frozenset[str]) -> str:
@@ -354,9 +407,10 @@ def _role(role: Any, param: str, names: tuple[str, ...], allowed: frozenset[str]
     return role
 
 
-def _content_text(content: Any, param: str) -> str:
-    """String content, or the text parts of a content-part array; null is allowed (assistant
-    messages with tool calls)."""
+def _content_text(content: Any, param: str, *, strict: bool = True) -> str:
+    """String content, or the texts of a content-part array (parts may also be plain strings,
+    as vLLM accepts); null is allowed (assistant messages with tool calls). ``strict=False``
+    skips malformed parts instead of refusing them (items the router only reads)."""
     if content is None:
         return ""
     if isinstance(content, str):
@@ -365,15 +419,22 @@ def _content_text(content: Any, param: str) -> str:
         raise BadRequest(f"{param} must be a string or an array of content parts", param=param)
     texts = []
     for j, part in enumerate(content):
+        if isinstance(part, str):
+            texts.append(part)
+            continue
         if not isinstance(part, dict) or not isinstance(part.get("type"), str):
+            if not strict:
+                continue
             raise BadRequest(
                 f"{param}[{j}] must be a content part with a type", param=f"{param}[{j}]"
             )
-        if part["type"] in _TEXT_PARTS:
-            text = part.get("text")
-            if not isinstance(text, str):
-                raise BadRequest(f"{param}[{j}].text must be a string", param=f"{param}[{j}].text")
+        field = _TEXT_FIELDS.get(part["type"], "text")
+        text = part.get(field)
+        if isinstance(text, str):
             texts.append(text)
+        elif strict and part["type"] in _TEXT_FIELDS:
+            raise BadRequest(f"{param}[{j}].{field} must be a string",
+                             param=f"{param}[{j}].{field}")
     return "\n".join(texts)
 
 

@@ -86,11 +86,15 @@ def chat(*turns: str) -> bytes:
         # a last turn of RECENT_MIN_CHARS or more stands alone, even after a short one
         (("hi", "hello!", "ok. who won the 1998 football world cup?"),
          "ok. who won the 1998 football world cup?"),
-        # at most RECENT_TURNS user turns, oldest first
-        (("one", "a", "two", "b", "three", "c", "four"), "two\nthree\nfour"),
+        # approvals in an agent loop: back to the task, oldest first
+        (("port the parser to typescript", "done", "ok", "b", "yes", "c", "go on"),
+         "port the parser to typescript\nok\nyes\ngo on"),
+        # at most RECENT_MAX_MESSAGES user turns
+        # (turns alternate user / assistant: users say 0, 2, ..., 22)
+        (tuple(f"{n}" for n in range(23)), "\n".join(f"{n}" for n in range(8, 23, 2))),
         (("first question",), "first question"),
     ],
-    ids=["follow-up", "long-last-turn", "bounded", "single"],
+    ids=["follow-up", "long-last-turn", "approvals", "bounded", "single"],
 )
 def test_recent_user_reads_earlier_turns_only_for_a_short_last_turn(
     turns: tuple[str, ...], expected: str
@@ -127,7 +131,39 @@ def test_responses_input_items() -> None:
     ])
     assert parse_request(raw, RESPONSES).messages == (
         Message("system", "Be brief."), Message("developer", "dev"), Message("user", "q"),
-        Message("assistant", "a"))
+        Message("assistant", "f({})"), Message("tool", "42"), Message("assistant", "a"))
+
+
+def test_everything_the_model_reads_is_classifier_text() -> None:
+    """Refusal and thinking parts, plain-string parts (vLLM accepts them), tool calls and
+    the offered tools reach the model as text: a guard reading the conversation sees them."""
+    raw = body(model="m", tools=[{"type": "function", "function": {
+        "name": "lookup", "description": "card 4111 1111 1111 1111"}}], messages=[
+        {"role": "user", "content": ["plain", {"type": "refusal", "refusal": "no"},
+                                     {"type": "thinking", "thinking": "hmm"},
+                                     {"type": "custom", "text": "other"}]},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c", "type": "function", "function": {"name": "f", "arguments": '{"x": 1}'}}]},
+        {"role": "assistant", "content": "said", "function_call": {"name": "g", "arguments": "{}"}},
+    ])
+    request = parse_request(raw, CHAT)
+    assert request.messages[1:] == (
+        Message("user", "plain\nno\nhmm\nother"), Message("assistant", 'f({"x": 1})'),
+        Message("assistant", "said\ng({})"))
+    assert request.messages[0].role == "system" and "4111 1111" in request.messages[0].text
+    assert "4111 1111" in request.classifier_text(TextSource.CONVERSATION)
+    assert request.classifier_text(TextSource.ALL_USER) == "plain\nno\nhmm\nother"
+
+
+def test_responses_reasoning_and_tool_output_items_are_read() -> None:
+    raw = body(model="m", input=[
+        {"type": "reasoning", "summary": [{"type": "summary_text", "text": "think"}]},
+        {"type": "function_call_output", "call_id": "c",
+         "output": [{"type": "input_text", "text": "out"}]},
+        {"role": "user", "content": "q"},
+    ])
+    assert parse_request(raw, RESPONSES).messages == (
+        Message("assistant", "think"), Message("tool", "out"), Message("user", "q"))
 
 
 @pytest.mark.parametrize(
@@ -300,7 +336,7 @@ BAD = [
      CHAT, "messages[0].content", "string or an array"),
     ("part without type", b'{"model":"m","messages":[{"role":"user","content":[{"text":"a"}]}]}',
      CHAT, "messages[0].content[0]", "content part with a type"),
-    ("part not object", b'{"model":"m","messages":[{"role":"user","content":["a"]}]}', CHAT,
+    ("part not object", b'{"model":"m","messages":[{"role":"user","content":[1]}]}', CHAT,
      "messages[0].content[0]", "content part with a type"),
     ("text part without text",
      b'{"model":"m","messages":[{"role":"user","content":[{"type":"text"}]}]}', CHAT,

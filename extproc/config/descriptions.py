@@ -38,8 +38,9 @@ DESCRIPTIONS: dict[str, str] = {
     "router.passthrough_paths": "path prefixes always passed through untouched to the default "
         "model (e.g. `[/v1/embeddings]`)",
     "router.text_source": "what the classifiers read: the last user message; the last user "
-        "message with the user messages before it when it is short (`recent_user`: under 32 "
-        "characters, up to 3 messages, so 'why?' keeps the conversation's topic); all user "
+        "message with the user messages before it when it is short (`recent_user`: earlier "
+        "user messages until 32 characters, at most 8 messages, so 'why?' and an agent's 'yes' "
+        "keep the conversation's topic); all user "
         "messages; or the whole conversation",
     "router.on_overload": "when the classifier queue is full: route to the default model and "
         "count it (`default`), or answer 429 (`reject`)",
