@@ -79,16 +79,26 @@ class UnsupportedMediaType(RouterError):
     code = "unsupported_media_type"
 
 
+# Both are retryable: OpenAI's SDKs retry 429 and 503 on their own, after `retry-after`.
+RETRY_AFTER_S = "1"
+
+
 class TooManyRequests(RouterError):
     status = 429
     error_type = "rate_limit_error"
     code = "router_overloaded"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, headers={"retry-after": RETRY_AFTER_S})
 
 
 class ServiceUnavailable(RouterError):
     status = 503
     error_type = "server_error"
     code = "classifier_unavailable"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, headers={"retry-after": RETRY_AFTER_S})
 
 
 def error_body(message: str, error_type: str, param: str | None, code: str | None) -> bytes:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping
+from typing import Any
 
 import pytest
 from envoy_data_plane.envoy.service.ext_proc.v3 import ProcessingResponse
@@ -86,6 +87,7 @@ async def test_overloaded_can_reject_with_429() -> None:
     error = json.loads(response.immediate_response.body)["error"]
     assert error["code"] == "router_overloaded"
     assert _count(metrics, 'reason="TooManyRequests"} 1.0')
+    assert _retry_after(response) == "1"  # OpenAI's SDKs retry it after that
 
 
 @pytest.mark.parametrize(("error", "kind"), [(ClassifierTimeout("slow"), "timeout"),
@@ -107,3 +109,10 @@ async def test_failed_signal_can_reject_with_503() -> None:
     response, _ = await _route(ClassifierError("boom"), on_error="reject")
     assert response.immediate_response is not None
     assert response.immediate_response.status.code == 503  # type: ignore[union-attr]
+    assert _retry_after(response) == "1"
+
+
+def _retry_after(response: Any) -> str:
+    mutation = response.immediate_response.headers
+    values = {h.header.key: h.header.raw_value.decode() for h in mutation.set_headers}
+    return values["retry-after"]

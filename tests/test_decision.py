@@ -179,6 +179,14 @@ KEYWORDS = [
     ("any second", ["rust", "golang"], {}, "golang or", True, "golang"),
     ("all hit", ["rust", "golang"], {"match_all": True}, "golang vs rust", True, "rust"),
     ("all miss", ["rust", "golang"], {"match_all": True}, "just golang", False, None),
+    # scripts written without spaces: an edge next to them is a word edge
+    ("before kana", ["python"], {}, "Pythonでリストを並べ替える", True, "Python"),
+    ("inside hanzi", ["java"], {}, "我的Java程序崩溃了", True, "Java"),
+    ("before hangul", ["python"], {}, "Python코드에서", True, "Python"),
+    ("hanzi keyword in a sentence", ["概率"], {}, "这个概率是多少", True, "概率"),
+    ("hanzi prefix only", ["java"], {}, "我的javascript程序", False, None),
+    ("accented letters still join words", ["java"], {}, "javaé", False, None),
+    ("cyrillic still joins words", ["java"], {}, "javaскрипт", False, None),
 ]
 
 

@@ -104,20 +104,35 @@ class LearnedSpec:
 
 
 
+# Scripts written without spaces between words (CJK ideographs, kana, Hangul, Thai, Lao,
+# Khmer, Myanmar): a keyword's edge next to one of these is still a word edge, as in
+# "Pythonでリスト" or "我的Java程序" (``\b`` would see one long word there).
+_UNSPACED = ("\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff\u3040-\u30ff\u3100-\u312f"
+             "\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
+             "\uff66-\uff9f")
+_SPACED_WORD = f"[^\\W{_UNSPACED}]"  # a word character of a script that spaces its words
+_START = f"(?<!{_SPACED_WORD})"
+_END = f"(?!{_SPACED_WORD})"
+_SPACED_FIRST = re.compile(_SPACED_WORD)
+_SPACED_LETTER_LAST = re.compile(f"[^\\W\\d_{_UNSPACED}]$")
+_SPACED_LAST = re.compile(f"{_SPACED_WORD}$")
+
+
 def keyword_pattern(keyword: str, *, regex: bool, word_boundary: bool) -> str:
     """The regex source for one keyword; word boundaries only where the keyword has word
-    characters at that edge (so ``c++`` still matches). With word boundaries, a keyword
-    that ends in a letter also matches its plural (``unit test`` finds "unit tests",
-    ``regex`` "regexes"), as people write either."""
+    characters of a spaced script at that edge (so ``c++`` still matches, and a keyword in
+    Chinese or Japanese matches inside a sentence). With word boundaries, a keyword that ends
+    in a letter also matches its plural (``unit test`` finds "unit tests", ``regex``
+    "regexes"), as people write either."""
     if regex:
         return keyword
     source = re.escape(keyword)
-    if word_boundary and re.match(r"\w", keyword):
-        source = r"\b" + source
-    if word_boundary and re.search(r"[^\W\d_]$", keyword):
-        source += r"(?:e?s)?\b"
-    elif word_boundary and re.search(r"\w$", keyword):
-        source += r"\b"
+    if word_boundary and _SPACED_FIRST.match(keyword):
+        source = _START + source
+    if word_boundary and _SPACED_LETTER_LAST.search(keyword):
+        source += "(?:e?s)?" + _END
+    elif word_boundary and _SPACED_LAST.search(keyword):
+        source += _END
     return source
 
 
@@ -136,12 +151,12 @@ def compile_keywords(
         return tuple(re.compile(keyword_pattern(k, regex=regex, word_boundary=word_boundary),
                                 flags) for k in keywords)
     words = [k for k in keywords if not regex and word_boundary
-             and re.match(r"\w", k) and re.search(r"[^\W\d_]$", k)]
+             and _SPACED_FIRST.match(k) and _SPACED_LETTER_LAST.search(k)]
     sources = [keyword_pattern(k, regex=regex, word_boundary=word_boundary)
                for k in keywords if k not in words]
     if words:
         folded = words if case_sensitive else [w.lower() for w in words]
-        sources.insert(0, r"\b" + _trie_source(folded) + r"(?:e?s)?\b")
+        sources.insert(0, _START + _trie_source(folded) + "(?:e?s)?" + _END)
     return (re.compile("|".join(f"(?:{s})" for s in sources), flags),)
 
 
@@ -179,8 +194,8 @@ def estimate_tokens(text_length: int) -> int:
 
 @dataclass(frozen=True, slots=True)
 class PiiSpec:
-    """Structured PII; the detector itself is built at start-up by the evaluator (Presidio's
-    import is slow), never by config loading."""
+    """Structured PII; the detector itself is built at start-up by the evaluator (its
+    recognizers compile their patterns once), never by config loading."""
 
     name: str
     on_error: str
