@@ -103,9 +103,9 @@ class ServiceUnavailable(RouterError):
 
 def error_body(message: str, error_type: str, param: str | None, code: str | None) -> bytes:
     """The OpenAI error shape every client SDK understands. A message quoting the client's
-    input may hold a lone surrogate (a JSON escape): then non-ASCII is escaped, not fatal."""
+    input may hold a lone surrogate (a JSON escape, or a header's non-UTF-8 byte): it is
+    written as U+FFFD, since an escaped lone surrogate is JSON strict parsers refuse."""
+    if not message.isascii():
+        message = message.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
     payload = {"error": {"message": message, "type": error_type, "param": param, "code": code}}
-    try:
-        return json.dumps(payload, ensure_ascii=False).encode("utf-8")
-    except UnicodeEncodeError:
-        return json.dumps(payload).encode("ascii")
+    return json.dumps(payload, ensure_ascii=False).encode("utf-8")

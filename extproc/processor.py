@@ -55,6 +55,7 @@ READ_HEADERS: Final = frozenset(name.encode() for name in HEADER_ATTRIBUTES)
 _MODELS_PREFIX = MODELS_PATH + "/"
 _PHASE_LABELS: Final = {phase: phase.value for phase in Phase}  # .value is a slow property
 _MAX_BODY_ANSWERS = 1024  # keys come from config (decisions x models x outcomes): a bound
+REQUEST_ID_MAX_CHARS = 128
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,7 +157,8 @@ class StreamProcessor:
         return self._on_headers(message.headers, message.end_of_stream)
 
     def _on_headers(self, headers: Mapping[str, str], end_of_stream: bool) -> bytes:
-        self._request_id = headers.get(REQUEST_ID_HEADER, "")
+        # Clients may send their own id: logged, so bounded (Envoy generates 36 characters)
+        self._request_id = headers.get(REQUEST_ID_HEADER, "")[:REQUEST_ID_MAX_CHARS]
         self._debug = self._config.router.debug_header and headers.get(DEBUG_HEADER, "") not in (
             "", "0", "false")
         method = headers.get(":method", "")
