@@ -58,6 +58,8 @@ _FILLER = re.compile(r"([xX*0.#_-])\1{7,}")
 _PLACEHOLDER_WORDS = re.compile(
     r"example|your|replace|placeholder|changeme|dummy|sample|fake|redacted|insert|xxxx",
     re.IGNORECASE)
+# A real key draws on dozens of characters; "sk_test_xxxx…" on five.
+PLACEHOLDER_MAX_DISTINCT = 6
 # Keys vendors print in their own documentation (Stripe's API reference, jwt.io's sample).
 PUBLISHED_SAMPLE_KEYS = frozenset({
     "sk_test_4eC39HqLyjWDarjtT1zdp7dc",
@@ -102,5 +104,5 @@ def placeholder_key(value: str) -> bool:
         or _FILLER.search(token) is not None
         or _PLACEHOLDER_WORDS.search(token) is not None
         or _JWT_IO_PAYLOAD in token
-        or len(set(token.split("_")[-1].split("-")[-1])) <= 3
+        or len({c for c in token if c.isalnum()}) <= PLACEHOLDER_MAX_DISTINCT
     )
