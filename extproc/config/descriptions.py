@@ -162,6 +162,10 @@ DESCRIPTIONS: dict[str, str] = {
     f"{_LEARNED}.threshold": "lowest probability (or cosine, for `embedding`) that matches",
     f"{_LEARNED}.examples": "`embedding` only (and required there): example utterances per "
         "label",
+    f"{_LEARNED}.fallback_keywords": "when the classifier fails or times out (a burst the CPU "
+        "is behind on), the signal still matches if its text holds one of these phrases "
+        "(whole words, any case), counted with outcome `fallback`; otherwise `on_error` "
+        "applies. For a guard: the classic override phrases, so load cannot switch it off",
     f"{_LEARNED}.device": "where this signal's model runs, overriding `classifiers.device`",
     "signals[type=pii].entity_types": "the PII entity types wanted (e.g. `[CREDIT_CARD]`); "
         "unset: all",

@@ -246,6 +246,11 @@ def _signals(parsed: RouterFile, errors: list[str]) -> list[SignalSpec]:
             )
         elif isinstance(signal, LearnedSignal):
             examples = {label: tuple(texts) for label, texts in signal.examples.items()}
+            fallback = None
+            if signal.fallback_keywords:
+                (fallback,) = compile_keywords(signal.fallback_keywords, regex=False,
+                                               case_sensitive=False, word_boundary=True,
+                                               match_all=False)
             specs.append(
                 LearnedSpec(
                     signal.name,
@@ -256,6 +261,7 @@ def _signals(parsed: RouterFile, errors: list[str]) -> list[SignalSpec]:
                     signal.device,
                     examples,
                     signal.text_source,
+                    fallback,
                 )
             )
         elif isinstance(signal, PiiSignal):

@@ -249,6 +249,7 @@ class LearnedSignal(SignalBase, TextSourced):
     threshold: float = Field(default=0.5, ge=0.0, le=1.0)
     examples: dict[Name, list[str]] = Field(default_factory=dict)
     device: str | None = Field(default=None, pattern=r"^(auto|cpu|cuda|cuda:[0-9]+)$")
+    fallback_keywords: list[Annotated[str, Field(min_length=1, max_length=512)]] | None = None
 
     @model_validator(mode="after")
     def _examples_only_for_embedding(self) -> LearnedSignal:

@@ -264,14 +264,14 @@ class SignalEvaluator:
         except Overloaded:
             raise
         except ClassifierTimeout:
-            return self._failed("timeout", specs)
+            return self._failed("timeout", specs, text)
         except ClassifierError:
-            return self._failed("error", specs)
+            return self._failed("error", specs, text)
         results = {}
         for spec in specs:
             score = scores.get(spec.name)
             if score is None:
-                results.update(self._failed("error", (spec,)))
+                results.update(self._failed("error", (spec,), text))
                 continue
             results[spec.name] = SignalResult(spec.name, score.matched, score.score, score.label)
             if self._on_windows is not None:
@@ -281,11 +281,20 @@ class SignalEvaluator:
     def _failed(
         self, kind: str,
         specs: Sequence[LearnedSpec | PiiSpec | LanguageSpec | KeywordSpec] | None = None,
+        text: str | None = None,
     ) -> dict[str, SignalResult]:
+        """Each spec's ``on_error`` outcome; a learned spec with ``fallback_keywords`` found
+        in ``text`` matches instead (its label ``fallback``)."""
         results = {}
         for spec in specs if specs is not None else self._learned:
+            fallback = getattr(spec, "fallback", None)
+            hit = fallback.search(text) if fallback is not None and text else None
             if self._on_signal_error is not None:
-                self._on_signal_error(spec.name, kind, spec.on_error)
+                self._on_signal_error(spec.name, kind,
+                                      "fallback" if hit is not None else spec.on_error)
+            if hit is not None:
+                results[spec.name] = SignalResult(spec.name, True, 1.0, "fallback", error=kind)
+                continue
             if spec.on_error == "reject":
                 raise ServiceUnavailable(
                     f"signal '{spec.name}' is unavailable ({kind}); try again later"

@@ -100,6 +100,9 @@ class LearnedSpec:
     device: str | None
     examples: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     text_source: str | None = None
+    fallback: re.Pattern[str] | None = None
+    """``fallback_keywords`` as one pattern: what the signal matches on when its classifier
+    fails or times out."""
 
 
 
