@@ -31,7 +31,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     TRANSFORMERS_OFFLINE=1 \
     HF_HOME=/tmp/huggingface \
     TOKENIZERS_PARALLELISM=false \
-    SEMANTIC_ROUTER_HEALTH_URL=http://127.0.0.1:8080/health
+    SEMANTIC_ROUTER_HEALTH_URL=http://127.0.0.1:8080/readyz
 
 # torch first, from the CPU index: an unpinned torch from PyPI would pull a CUDA build.
 RUN pip install "torch==${TORCH_VERSION}" --index-url https://download.pytorch.org/whl/cpu

@@ -1,9 +1,17 @@
-"""The router's admin HTTP API (aiohttp): ``GET /health``, ``GET /metrics`` and the worker
-registry (``POST/GET /v1/workers``, ``GET/DELETE /v1/workers/{id}``).
+"""The router's admin HTTP API (aiohttp): ``GET /livez``, ``GET /readyz``, ``GET /health``,
+``GET /metrics`` and the worker registry (``POST/GET /v1/workers``,
+``GET/DELETE /v1/workers/{id}``).
 
-Binds to loopback by default. ``/health`` answers 200 only once every classifier is bound and
-warmed up and the router is serving, 503 otherwise (so a load balancer or Kubernetes never
-sends traffic to a router that would route blind).
+Binds to loopback by default. Probes:
+
+* ``/livez``: 200 ``{"status": "alive"}`` whenever it answers at all (the process runs and
+  its event loop turns): for liveness, never tied to backends.
+* ``/readyz``: 200 ``{"status": "ready"}`` once every classifier is bound and warmed up and
+  the gRPC server is serving; 503 ``starting`` or ``draining`` otherwise (so a load balancer
+  or Kubernetes never sends streams to a router that would route blind). Not tied to the
+  backends either: a backend outage must not take the router out of Envoy's cluster.
+* ``/health``: the detailed report (classifiers, every model's endpoints and last probe);
+  200 only when ready *and* the default model has a ready endpoint, 503 otherwise.
 
 Worker writes need ``Authorization: Bearer <token>`` when ``router.admin_token_env`` names an
 environment variable; the token is compared in constant time and never logged. Errors are
@@ -27,6 +35,7 @@ from extproc.config.runtime import split_host_port
 from extproc.workers import MAX_BODY_BYTES, WorkerError, WorkerRegistry
 
 HealthSource = Callable[[], tuple[bool, dict[str, Any]]]
+ReadinessSource = Callable[[], tuple[bool, str]]  # ready, and "ready"/"starting"/"draining"
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -146,10 +155,12 @@ def _worker_error(err: WorkerError) -> web.Response:
 class AdminServer:
     def __init__(self, address: str, health: HealthSource, metrics: Callable[[], bytes],
                  workers: WorkerRoutes | None = None,
-                 ssl_context: ssl.SSLContext | None = None) -> None:
+                 ssl_context: ssl.SSLContext | None = None,
+                 readiness: ReadinessSource | None = None) -> None:
         self._address = address
         self._ssl = ssl_context
         self._health = health
+        self._readiness = readiness or (lambda: (True, "ready"))
         self._metrics = metrics
         self._workers = workers
         self._runner: web.AppRunner | None = None
@@ -157,11 +168,20 @@ class AdminServer:
 
     def _app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024, middlewares=[_json_errors])
+        app.router.add_get("/livez", self._get_livez)
+        app.router.add_get("/readyz", self._get_readyz)
         app.router.add_get("/health", self._get_health)
         app.router.add_get("/metrics", self._get_metrics)
         if self._workers is not None:
             self._workers.add_to(app)
         return app
+
+    async def _get_livez(self, _: web.Request) -> web.Response:
+        return web.json_response({"status": "alive"})
+
+    async def _get_readyz(self, _: web.Request) -> web.Response:
+        ready, status = self._readiness()
+        return web.json_response({"status": status}, status=200 if ready else 503)
 
     async def _get_health(self, _: web.Request) -> web.Response:
         ready, body = self._health()

@@ -8,8 +8,13 @@ Contracts:
 * The EDS table holds, per model cluster, only endpoints that are ready (their last probe
   listed the model's provider model id) at their resolved IP; weights carry over. An
   endpoint that becomes unready or is deregistered leaves it.
+* An endpoint counts towards its model's readiness (``/health``, ``status``,
+  ``semantic_router_model_ready``) only when Envoy can route to it: registered workers only
+  with ``endpoint_discovery: eds``. With ``static`` they are listed as registered but
+  ``not routable with static discovery``.
 * ``/health`` is ready (HTTP 200) when the router is started, its classifiers are bound and
-  the default model has a ready endpoint; the body says why not otherwise.
+  the default model has a ready endpoint; the body says why not otherwise (``status`` is
+  ``ready``, ``not_ready`` or, once the router stops, ``draining``).
 """
 
 from __future__ import annotations
@@ -92,39 +97,58 @@ class BackendCatalog:
                 "version": self.table.version,
                 "endpoints": {c: len(h) for c, h in self.table.assignments.items()}})
 
+    def routable(self, ref: EndpointRef) -> bool:
+        """Whether Envoy can send this endpoint traffic: config endpoints are rendered into
+        its clusters; workers reach it only over EDS."""
+        return ref.source != "worker" or self.config.router.endpoint_discovery == "eds"
+
     def readiness(self) -> tuple[dict[str, bool], dict[str, int], int]:
-        """Per model: ready, and how many endpoints are ready; plus the worker count
-        (read at each metrics scrape)."""
+        """Per model: ready, and how many routable endpoints are ready; plus the worker
+        count (read at each metrics scrape)."""
         ready_endpoints = dict.fromkeys(self.config.models, 0)
         for status in self.prober.statuses():
-            if status.ready and status.ref.model in ready_endpoints:
+            if status.ready and self.routable(status.ref) and status.ref.model in ready_endpoints:
                 ready_endpoints[status.ref.model] += 1
         ready = {model: count > 0 for model, count in ready_endpoints.items()}
         return ready, ready_endpoints, len(self.registry.all())
 
-    def report(self, *, started: bool, bindings: Sequence[Any]) -> tuple[bool, dict[str, Any]]:
+    def _endpoint_json(self, status: EndpointStatus, now: float) -> dict[str, Any]:
+        shown = status.to_json(now)
+        shown["routable"] = self.routable(status.ref)
+        if not shown["routable"]:
+            probe = "probe ok" if status.ready else f"probe: {status.reason}"
+            shown["ready"] = False
+            shown["reason"] = (f"registered, but not routable with static discovery (set "
+                               f"router.endpoint_discovery: eds); {probe}")
+        return shown
+
+    def report(self, *, started: bool, bindings: Sequence[Any],
+               draining: bool = False) -> tuple[bool, dict[str, Any]]:
         """The ``/health`` body and whether it means ready."""
         now = time.time()
         statuses = self.prober.statuses()
         models: dict[str, Any] = {}
         for target in self.config.models.values():
             mine: list[EndpointStatus] = [s for s in statuses if s.ref.model == target.name]
+            endpoints = [self._endpoint_json(s, now) for s in mine]
             models[target.name] = {
-                "ready": any(s.ready for s in mine),
+                "ready": any(e["ready"] for e in endpoints),
                 "provider_model_id": target.provider_model_id,
                 "cluster": target.cluster,
-                "endpoints": [s.to_json(now) for s in mine],
+                "endpoints": endpoints,
             }
         default = self.config.default_model.name
         reasons = []
-        if not started:
+        if draining:
+            reasons.append("draining: the router is shutting down")
+        elif not started:
             reasons.append("router not started (classifiers loading or stopping)")
         if not models[default]["ready"]:
             why = "; ".join(f"{e['name']}: {e['reason']}" for e in models[default]["endpoints"])
             reasons.append(f"default model '{default}' has no ready endpoint ({why})")
         ready = not reasons
         body = {
-            "status": "ready" if ready else "not_ready",
+            "status": "ready" if ready else "draining" if draining else "not_ready",
             "reasons": reasons,
             "default_model": default,
             "classifiers": [

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import logging
+import os
 import signal
 import sys
 from pathlib import Path
@@ -97,8 +99,9 @@ def _cmd_render(args: argparse.Namespace) -> int:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
+    from extproc.envoy_process import EnvoyError
     from extproc.logs import configure_logging
-    from extproc.server import serve
+    from extproc.server import StartupError, serve
 
     configure_logging(args.log_format, args.log_level)
     config = _load(args.config)
@@ -107,15 +110,22 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         config = dataclasses.replace(config, router=router)
 
     async def main() -> None:
-        stop = asyncio.Event()
+        stop, reload = asyncio.Event(), asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(signal.SIGHUP, reload.set)  # re-read the config file now
         # hot reload watches the file it was started with (not the embedded defaults)
         path = Path(args.config) if args.config else None
-        await serve(config, with_envoy=args.with_envoy, stop=stop, config_path=path)
+        await serve(config, with_envoy=args.with_envoy, stop=stop, config_path=path,
+                    reload=reload)
 
-    asyncio.run(main())
+    try:
+        asyncio.run(main())
+    except (StartupError, EnvoyError) as err:
+        logging.shutdown()  # the log writer thread's last lines first, then ours, whole
+        sys.stderr.write(f"error: {err}\n")
+        return 1
     return 0
 
 
@@ -204,11 +214,19 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         result: int = args.func(args)
+        sys.stdout.flush()  # here, so that a closed pipe is handled below, not at exit
     except (ConfigError, InputError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # `semantic-router status | head`: the reader left; say nothing more, as `cat` does.
+        # Python would flush stdout again at exit and fail there: point it at /dev/null.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return 128 + signal.SIGPIPE
     return result
 
 

@@ -1,6 +1,8 @@
 """Config hot reload: poll the config file; apply a valid edit atomically, keep serving the
 old config on an invalid one (its YAML-path errors logged, the failure counted) or when the
 file disappears (logged and counted once; the file is read again when it comes back).
+:meth:`ConfigReloader.reload_now` (SIGHUP) reads the file at once through the same path, even
+when it looks unchanged; checks never overlap.
 
 Streams already open keep the config snapshot they started with; only new streams see the
 new one. What Envoy itself was rendered with (listener, clusters) does not change here: a
@@ -42,6 +44,7 @@ class ConfigReloader:
         self._interval = interval_s
         self._seen = _digest(self._path)
         self._task: asyncio.Task[None] | None = None
+        self._lock = asyncio.Lock()  # the poll and a SIGHUP must not apply at the same time
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="config-reloader")
@@ -58,16 +61,35 @@ class ConfigReloader:
             await asyncio.sleep(self._interval)
             await self.check_once()
 
+    async def reload_now(self, trigger: str) -> str:
+        """Read and apply the file now, whatever its digest (``applied`` or ``failed``): an
+        operator's explicit reload (``trigger``, e.g. ``SIGHUP``), logged."""
+        async with self._lock:
+            self._logger.info("config reload requested",
+                              extra={"config": str(self._path), "trigger": trigger})
+            if _digest(self._path) is None:
+                self._seen = None  # asked explicitly: say so again, however often
+                return self._missing()
+            self._seen = ""  # matches no digest: the file is applied
+            return await self._check(trigger)
+
+    def _missing(self) -> str:
+        self._metrics.config_reload("failed")
+        self._logger.error("config file is missing or unreadable; still serving the "
+                           "previous config", extra={"config": str(self._path)})
+        return "failed"
+
     async def check_once(self) -> str:
         """``unchanged``, ``applied`` or ``failed``."""
+        async with self._lock:
+            return await self._check("file watcher")
+
+    async def _check(self, trigger: str) -> str:
         digest = _digest(self._path)
         if digest is None and self._seen is not None:
             # deleted or unreadable (a half-done deploy): say so once, keep serving
             self._seen = None
-            self._metrics.config_reload("failed")
-            self._logger.error("config file is missing or unreadable; still serving the "
-                               "previous config", extra={"config": str(self._path)})
-            return "failed"
+            return self._missing()
         if digest is None or digest == self._seen:
             return "unchanged"
         self._seen = digest
@@ -88,7 +110,7 @@ class ConfigReloader:
         envoy_changed = _envoy_facing(config) != _envoy_facing(self._current)
         self._current = config
         self._logger.info("config reloaded", extra={
-            "config": str(self._path), "summary": config.summary(),
+            "config": str(self._path), "trigger": trigger, "summary": config.summary(),
             "envoy_config_changed": envoy_changed})
         return "applied"
 

@@ -1,14 +1,18 @@
 """Router lifecycle: build everything slow first, then serve; drain on stop.
 
 Order matters: classifiers load and warm up, the gRPC server starts NOT_SERVING, the admin
-API starts, and only then do health checks turn ready. On stop, health turns not-ready
-first, in-flight streams get a grace period, then the servers close.
+API starts, and only then do health checks turn ready. On stop (:func:`drain_and_stop`) the
+router reports not ready first (``/readyz`` and ``/health`` 503 ``draining``, gRPC health
+NOT_SERVING) while it keeps serving; the bundled Envoy drains and in-flight requests (SSE
+streams included) get ``router.shutdown_grace_s`` to finish; then the router's servers stop
+and Envoy last. A port already in use fails start-up with a one-line :class:`StartupError`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -20,8 +24,9 @@ from extproc.admin import AdminServer, WorkerRoutes
 from extproc.backends import BackendCatalog
 from extproc.classifier_binding import build_engine, classifier_settings, learned_specs
 from extproc.config import RouterConfig
+from extproc.config.runtime import split_host_port
 from extproc.context import build_state
-from extproc.envoy_process import EnvoyProcess
+from extproc.envoy_process import EnvoyError, EnvoyProcess, describe_exit
 from extproc.envoy_render import bootstrap, to_yaml
 from extproc.metrics import RouterMetrics
 from extproc.reload import ConfigReloader
@@ -34,6 +39,10 @@ from extproc.security import (
 )
 from extproc.servicer import ExtProcServicer, StateHolder, mark_serving, start_grpc_server
 from extproc.signals.evaluator import LearnedEngine
+
+
+class StartupError(RuntimeError):
+    """The router cannot start as configured (e.g. a port in use); the message is one line."""
 
 
 class Router:
@@ -66,6 +75,7 @@ class Router:
         self._background: set[asyncio.Task[None]] = set()
         self.grpc_port = 0
         self.ready = False
+        self.draining = False
         self.started_at = 0.0
 
     @property
@@ -78,7 +88,12 @@ class Router:
         return f"{host}:{self.grpc_port}"
 
     async def start(self) -> None:
-        # secrets and TLS files first, so a missing one fails before classifiers load
+        # ports, secrets and TLS files first, so that they fail before classifiers load
+        for key, address in (("router.grpc", self._grpc_address),
+                             ("router.admin", self._admin_address)):
+            if (problem := _bind_problem(address)) is not None:
+                what = "gRPC server" if key == "router.grpc" else "admin API"
+                raise StartupError(f"cannot bind the {what} ({key}) to {address}: {problem}")
         backend_auth(self.config)
         tls = self.config.router.tls
         credentials = grpc_server_credentials(tls) if tls else None
@@ -90,21 +105,20 @@ class Router:
         servicer = ExtProcServicer(self._holder, self.logger)
         # Backends before serving: the first probe round (bounded) decides /health and EDS.
         await self.backends.start()
-        self._server, self._health, self.grpc_port = await start_grpc_server(
-            self._grpc_address,
-            servicer,
-            self.config.listener.max_request_bytes,
-            (self.backends.eds.handler(),),
-            credentials,
-        )
+        await self._start_grpc(servicer, credentials)
         workers = WorkerRoutes(
             self.backends.registry, self.config.router.admin_token_env, self.logger
         )
         self._admin = AdminServer(
             self._admin_address, self.health, self.metrics.exposition, workers,
-            ssl_context,
+            ssl_context, readiness=self.readiness,
         )
-        await self._admin.start()
+        try:
+            await self._admin.start()
+        except OSError as err:
+            self._admin = None
+            raise StartupError(f"cannot bind the admin API (router.admin) to "
+                               f"{self._admin_address}: {_why(err)}") from None
         await mark_serving(self._health, True)
         self.ready = True
         self.started_at = time.time()
@@ -116,6 +130,28 @@ class Router:
                 "config": self.config.summary(),
             },
         )
+
+    async def _start_grpc(self, servicer: ExtProcServicer,
+                          credentials: grpc.ServerCredentials | None) -> None:
+        failure = None
+        try:
+            self._server, self._health, self.grpc_port = await start_grpc_server(
+                self._grpc_address,
+                servicer,
+                self.config.listener.max_request_bytes,
+                (self.backends.eds.handler(),),
+                credentials,
+            )
+        except (RuntimeError, OSError):  # grpc says "Failed to bind to address ..."
+            failure = f"cannot bind the gRPC server (router.grpc) to {self._grpc_address}"
+        if failure is not None:  # taken since start() checked the port
+            # Raised here, not from the except block: grpc's traceback (which holds the
+            # half-made grpc.aio server) is gone, so the server is freed while its shutdown
+            # can still run on this loop; carried out of asyncio.run it would print
+            # "Exception ignored ... Event loop is closed" at exit.
+            await asyncio.sleep(0)
+            why = _bind_problem(self._grpc_address) or "address not available"
+            raise StartupError(f"{failure}: {why}")
 
     async def apply_config(self, config: RouterConfig) -> None:
         """Swap in a new config atomically. Classifiers are rebuilt (off the event loop,
@@ -143,12 +179,27 @@ class Router:
         """Ready when started (classifiers bound) and the default model has a ready endpoint;
         the body lists classifiers and every model's endpoints with their last probe."""
         bindings = getattr(self._engine, "bindings", ()) or ()
-        return self.backends.report(started=self.ready, bindings=bindings)
+        return self.backends.report(started=self.ready, bindings=bindings,
+                                    draining=self.draining)
 
-    async def stop(self, grace_s: float = 5.0) -> None:
+    def readiness(self) -> tuple[bool, str]:
+        """``/readyz``: whether this router takes streams (classifiers loaded, gRPC serving,
+        not draining), whatever its backends' health: ``ready``, ``starting`` or
+        ``draining``."""
+        if self.draining:
+            return False, "draining"
+        return (True, "ready") if self.ready else (False, "starting")
+
+    async def begin_drain(self) -> None:
+        """Report not ready from now on (``/readyz`` and ``/health`` 503 ``draining``, gRPC
+        health NOT_SERVING) while everything keeps serving."""
         self.ready = False
+        self.draining = True
         if self._health is not None:
             await mark_serving(self._health, False)
+
+    async def stop(self, grace_s: float = 5.0) -> None:
+        await self.begin_drain()
         await self.backends.stop()  # ends EDS streams so the server need not wait for Envoy
         if self._server is not None:
             await self._server.stop(grace_s)
@@ -160,10 +211,22 @@ class Router:
 
 def envoy_for(router: Router, config: RouterConfig,
               secrets: Secrets | None = None) -> EnvoyProcess:
-    """A bundled Envoy wired to this router's actual gRPC port. Its config (client keys
-    included) goes to a 0600 file in a private temporary directory."""
-    document = bootstrap(config, grpc_address=router.grpc_address, secrets=secrets)
-    return EnvoyProcess(to_yaml(document), config.listener.admin)
+    """A bundled Envoy wired to this router's actual gRPC port (see :func:`bundled_envoy`)."""
+    return bundled_envoy(config, router.grpc_address, secrets)
+
+
+def bundled_envoy(config: RouterConfig, grpc_address: str,
+                  secrets: Secrets | None = None) -> EnvoyProcess:
+    """The rendered bootstrap as a child Envoy. Its config (client keys included) goes to a
+    0600 file in a private temporary directory. Its listeners do not share their port
+    (``enable_reuse_port: false``): with Envoy's default SO_REUSEPORT, an Envoy left over
+    from a killed router would silently take half the connections; now the new one fails to
+    start instead. Its drain time is ``router.shutdown_grace_s``."""
+    document = bootstrap(config, grpc_address=grpc_address, secrets=secrets)
+    for listener in document["static_resources"]["listeners"]:
+        listener["enable_reuse_port"] = False
+    return EnvoyProcess(to_yaml(document), config.listener.admin,
+                        drain_time_s=config.router.shutdown_grace_s)
 
 
 async def _close_later(engine: Any, delay_s: float) -> None:
@@ -171,42 +234,122 @@ async def _close_later(engine: Any, delay_s: float) -> None:
     await engine.close()
 
 
+def _why(err: OSError) -> str:
+    return (err.strerror or str(err)).lower()
+
+
+def _bind_problem(address: str) -> str | None:
+    """Why ``address`` cannot be listened on (``address already in use``), or None. Bound
+    with SO_REUSEADDR, as the servers do, so a port with connections in TIME_WAIT passes."""
+    try:
+        host, port = split_host_port(address)
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind((host, port))
+    except OSError as err:
+        return _why(err)
+    except ValueError as err:
+        return str(err)
+    return None
+
+
+async def drain_and_stop(router: Router, envoy: EnvoyProcess | None, grace_s: float) -> None:
+    """Shut down in order, bounded by ``grace_s`` plus a few seconds: the router reports not
+    ready; the bundled Envoy drains its listeners and its active downstream requests (long
+    SSE responses included) get up to ``grace_s`` to finish; the router's servers stop
+    (streams still open on them get what is left of the grace); Envoy stops last."""
+    started = time.monotonic()
+    router.logger.info("draining", extra={"grace_s": grace_s})
+    await router.begin_drain()
+    if envoy is not None:
+        active = await envoy.drain(grace_s)
+        if active is not None:  # None: Envoy is gone already
+            router.logger.log(
+                logging.INFO if active == 0 else logging.WARNING,
+                "envoy drained" if active == 0 else "envoy drain incomplete",
+                extra={"active_requests": active,
+                       "seconds": round(time.monotonic() - started, 2)})
+    remaining = max(0.0, grace_s - (time.monotonic() - started))
+    await router.stop(grace_s=remaining)
+    if envoy is not None:
+        await asyncio.to_thread(envoy.stop, 5.0)
+
+
+async def _reload_on_request(requests: asyncio.Event, reloader: ConfigReloader | None,
+                             logger: logging.Logger) -> None:
+    while True:
+        await requests.wait()
+        requests.clear()
+        if reloader is None:
+            logger.warning("reload requested (SIGHUP), but serve runs the embedded defaults: "
+                           "nothing to reload (start it with --config FILE)")
+            continue
+        await reloader.reload_now("SIGHUP")
+
+
+async def _until_stopped(stop: asyncio.Event, envoy: EnvoyProcess | None) -> int | None:
+    """Wait for ``stop``, or for Envoy to exit on its own: its exit status then."""
+    waits: set[asyncio.Future[Any]] = {asyncio.ensure_future(stop.wait())}
+    if envoy is not None:
+        waits.add(asyncio.ensure_future(envoy.wait_exit()))
+    _, pending = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    for task in pending:
+        task.cancel()
+    await asyncio.gather(*pending, return_exceptions=True)
+    if stop.is_set() or envoy is None:
+        return None
+    return envoy.returncode
+
+
 async def serve(config: RouterConfig, *, with_envoy: bool, stop: asyncio.Event,
-                config_path: Path | None = None, state_dir: str | None = None) -> None:
-    """Run until ``stop`` is set (the CLI sets it on SIGINT/SIGTERM), then drain: health
-    turns not-ready first, in-flight streams (long SSE responses included) get
-    ``router.shutdown_grace_s`` to finish, then everything stops."""
+                config_path: Path | None = None, state_dir: str | None = None,
+                reload: asyncio.Event | None = None) -> None:
+    """Run until ``stop`` is set (the CLI sets it on SIGINT/SIGTERM), re-reading the config
+    file whenever ``reload`` is set (SIGHUP), then :func:`drain_and_stop`. Raises
+    :class:`StartupError` (a port in use) or :class:`EnvoyError` (the bundled Envoy could
+    not start, or exited on its own: the router stops, the caller exits non-zero)."""
     secrets = envoy_secrets(config) if with_envoy else None  # a missing key fails here
     router = Router(config, state_dir=state_dir)
-    await router.start()
+    try:
+        await router.start()
+    except BaseException:
+        await router.stop(grace_s=0)
+        raise
     reloader = None
     if config_path is not None:
         reloader = ConfigReloader(config_path, config, router.apply_config, router.metrics,
                                   router.logger)
         reloader.start()
+    reloads = (asyncio.create_task(_reload_on_request(reload, reloader, router.logger))
+               if reload is not None else None)
     envoy = None
     try:
         if with_envoy:
             envoy = envoy_for(router, config, secrets)
             envoy.start()
-            await envoy.wait_ready()
-            router.logger.info(
-                "envoy ready",
-                extra={
-                    "listener": config.listener.address,
-                    "admin": config.listener.admin,
-                    "log": str(envoy.log_path),
-                },
-            )
-        await stop.wait()
+            try:
+                await envoy.wait_ready()
+            except EnvoyError:
+                router.logger.error("envoy failed to start",
+                                    extra={"envoy_log_tail": envoy.logs(20)})
+                raise
+            router.logger.info("envoy ready", extra={
+                "listener": config.listener.address, "admin": config.listener.admin,
+                "pid": envoy.pid, "log": str(envoy.log_path)})
+        code = await _until_stopped(stop, envoy)
+        if envoy is not None and code is not None:
+            router.logger.error("envoy exited unexpectedly; stopping the router", extra={
+                "exit_code": code, "envoy_log_tail": envoy.logs(20)})
+            raise EnvoyError(f"the bundled Envoy {describe_exit(code)} unexpectedly; "
+                             "the router stopped too")
     finally:
+        if reloads is not None:
+            reloads.cancel()
+            await asyncio.gather(reloads, return_exceptions=True)
         if reloader is not None:
             await reloader.stop()
-        grace = router.config.router.shutdown_grace_s
-        router.logger.info("draining", extra={"grace_s": grace})
-        await router.stop(grace_s=grace)
-        if envoy is not None:
-            await asyncio.to_thread(envoy.stop)
+        await drain_and_stop(router, envoy, router.config.router.shutdown_grace_s)
 
 
 def with_ports(config: RouterConfig, listener: str, admin: str) -> RouterConfig:

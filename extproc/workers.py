@@ -13,8 +13,10 @@ Contracts:
   as ``(field, reason)``; it never returns a worker with unknown models, a non-http(s)
   endpoint, oversized fields, or metadata that looks like a credential, a GPU serial number
   or a UUID (the router stores and serves metadata; it must never hold secrets).
-* Envoy forwards ``/v1/...`` paths unchanged, so ``runtime_endpoint``'s path must be ``/v1``
-  (or empty); the prober reads ``<scheme>://<host>:<port>/v1/models``.
+* Envoy forwards ``/v1/...`` paths unchanged, so ``runtime_endpoint``'s path must be ``/v1``;
+  an empty path or ``/`` (and a trailing ``/``) is read as ``/v1`` and the endpoint stored and
+  shown as ``<scheme>://<host>[:<port>]/v1``. The prober reads
+  ``<scheme>://<host>:<port>/v1/models``.
 * :class:`WorkerRegistry` keeps config-defined workers (read-only) and API-registered ones;
   the latter are written to ``<state_dir>/workers.json`` with temp file + fsync + ``os.replace``,
   so a crash mid-write leaves the old file or the new one, never a torn one.
@@ -33,7 +35,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 from extproc.config.runtime import ModelTarget
 from extproc.secretscan import key_reason, secret_reason
@@ -127,16 +129,18 @@ def _check_metadata(name: str, value: Any, problems: list[tuple[str, str]]) -> N
                 problems.append((path, f"{reason}; metadata must not carry secrets or IDs"))
 
 
-def _check_endpoint(value: Any, problems: list[tuple[str, str]]) -> tuple[str, str, int]:
+def _check_endpoint(value: Any,
+                    problems: list[tuple[str, str]]) -> tuple[str, str, str, int]:
+    """The endpoint with its path made ``/v1``, its scheme, host and port."""
     if not isinstance(value, str) or len(value) > 512:
         problems.append(("runtime_endpoint", "must be an http(s) URL string"))
-        return "", "", 0
+        return "", "", "", 0
     try:
         parts = urlsplit(value)
         port = parts.port or (443 if parts.scheme == "https" else 80)
     except ValueError as err:
         problems.append(("runtime_endpoint", f"not a valid URL: {err}"))
-        return "", "", 0
+        return "", "", "", 0
     if parts.scheme not in ("http", "https") or not parts.hostname:
         problems.append(("runtime_endpoint", "must be an http:// or https:// URL with a host"))
     elif parts.username or parts.password:
@@ -144,9 +148,10 @@ def _check_endpoint(value: Any, problems: list[tuple[str, str]]) -> tuple[str, s
     elif parts.query or parts.fragment:
         problems.append(("runtime_endpoint", "must not have a query or fragment"))
     elif parts.path.rstrip("/") not in ("", "/v1"):
-        problems.append(("runtime_endpoint",
-                         "path must be /v1: Envoy forwards /v1/... paths unchanged"))
-    return parts.scheme, parts.hostname or "", port
+        problems.append(("runtime_endpoint", "path must be /v1 (an empty path or / means "
+                         "/v1): Envoy forwards /v1/... paths unchanged"))
+    endpoint = urlunsplit((parts.scheme, parts.netloc, "/v1", "", ""))
+    return endpoint, parts.scheme, parts.hostname or "", port
 
 
 def _resolve_models(value: Any, models: Mapping[str, ModelTarget],
@@ -192,7 +197,7 @@ def parse_worker(data: Any, models: Mapping[str, ModelTarget], *, source: str = 
     for key, pattern in (("worker_id", _ID), ("worker_type", _WORD), ("runtime", _WORD)):
         if not isinstance(data[key], str) or not pattern.match(data[key]):
             problems.append((key, f"must match {pattern.pattern}"))
-    scheme, host, port = _check_endpoint(data["runtime_endpoint"], problems)
+    endpoint, scheme, host, port = _check_endpoint(data["runtime_endpoint"], problems)
     supported, resolved = _resolve_models(data["supported_models"], models, problems)
     for name in _METADATA:
         _check_metadata(name, data.get(name, {}), problems)
@@ -207,8 +212,8 @@ def parse_worker(data: Any, models: Mapping[str, ModelTarget], *, source: str = 
         raise WorkerError(problems)
     stamp = time.time() if now is None else now
     return Worker(
-        data["worker_id"], data["worker_type"], data["runtime"], data["runtime_endpoint"],
-        scheme, host, port, supported, resolved, dict(config), dict(data.get("gpu_metadata", {})),
+        data["worker_id"], data["worker_type"], data["runtime"], endpoint, scheme, host, port,
+        supported, resolved, dict(config), dict(data.get("gpu_metadata", {})),
         dict(data.get("runtime_metadata", {})), weight, source, stamp, stamp)
 
 

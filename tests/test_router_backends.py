@@ -1,10 +1,12 @@
-"""The router's backend side, in process: ``/health`` JSON and status codes, the worker API
-(auth, OpenAI-style errors), persistence across a restart, EDS over gRPC (push, ACK, NACK),
-``semantic-router status`` and ``config validate --probe``."""
+"""The router's backend side, in process: ``/health`` JSON and status codes (and
+``/readyz``/``/livez``, which do not follow the backends), the worker API (auth, OpenAI-style
+errors), persistence across a restart, workers' readiness by discovery mode, EDS over gRPC
+(push, ACK, NACK), ``semantic-router status`` and ``config validate --probe``."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -135,6 +137,55 @@ async def test_health_json_and_status_codes(env: Env) -> None:
         assert "default model 'general' has no ready endpoint" in body["reasons"][0]
 
 
+async def test_readyz_and_livez_do_not_follow_the_backends(env: Env) -> None:
+    await env.backends["general"].stop()  # the default model's only endpoint is down
+    router = await env.start_router()
+    async with httpx.AsyncClient(base_url=env.admin) as client:
+        health = await client.get("/health")
+        assert health.status_code == 503 and health.json()["status"] == "not_ready"
+        for path, status, body in (("/readyz", 200, "ready"), ("/livez", 200, "alive")):
+            response = await client.get(path)
+            assert (response.status_code, response.json()) == (status, {"status": body}), path
+        await router.begin_drain()
+        draining = await client.get("/readyz")
+        assert (draining.status_code, draining.json()) == (503, {"status": "draining"})
+        health = await client.get("/health")
+        assert health.status_code == 503 and health.json()["status"] == "draining"
+        assert health.json()["reasons"][0].startswith("draining")
+        assert (await client.get("/livez")).status_code == 200
+
+
+@pytest.mark.parametrize(("discovery", "routable"), [("static", False), ("eds", True)])
+async def test_workers_count_towards_readiness_only_when_envoy_can_route_to_them(
+        env: Env, capsys: pytest.CaptureFixture[str], discovery: str, routable: bool) -> None:
+    # "code" has no ready config endpoint (code-1 serves another id): only the worker could
+    # make it ready, and only EDS brings the worker to Envoy
+    router_settings = env.config.router.model_copy(update={"endpoint_discovery": discovery})
+    env.config = dataclasses.replace(env.config, router=router_settings)
+    await env.start_router()
+    spec = BackendSpec("cuda-01", ("Qwen/Qwen2.5-Coder-7B-Instruct",))
+    async with SimulatedBackend(spec) as backend, httpx.AsyncClient(
+            base_url=env.admin) as client:
+        worker = {**WORKER, "runtime_endpoint": f"{backend.url}/v1"}
+        assert (await client.post("/v1/workers", json=worker, headers=auth())).status_code == 201
+        for _ in range(100):  # a registration is probed at once
+            code = (await client.get("/health")).json()["models"]["code"]
+            endpoint = next(e for e in code["endpoints"] if e["name"] == "cuda-01")
+            if endpoint["last_probe"] is not None:
+                break
+            await asyncio.sleep(0.02)
+        metrics = (await client.get("/metrics")).text
+        assert await asyncio.to_thread(main, ["status", "--admin", env.admin]) == 0
+    table = capsys.readouterr().out
+    assert endpoint["last_probe"]["ok"]
+    assert (code["ready"], endpoint["ready"], endpoint["routable"]) == (routable,) * 3
+    assert f'semantic_router_model_ready{{model="code"}} {float(routable)}' in metrics
+    assert f'semantic_router_model_ready_endpoints{{model="code"}} {float(routable)}' in metrics
+    shown = "registered, but not routable with static discovery"
+    assert (shown in endpoint["reason"]) is not routable
+    assert (shown in table) is not routable
+
+
 async def test_worker_api_auth_validation_and_lifecycle(env: Env) -> None:
     await env.start_router()
     worker = {**WORKER, "runtime_endpoint": f"http://127.0.0.1:{env.backends['general'].port}/v1"}
@@ -194,8 +245,10 @@ async def test_registrations_survive_a_restart(env: Env, tmp_path: Path) -> None
         health = (await client.get("/health")).json()
     assert [w["worker_id"] for w in listed] == ["cuda-01"]
     endpoints = health["models"]["general"]["endpoints"]
-    assert [(e["name"], e["source"], e["ready"]) for e in endpoints] == [
-        ("general-1", "config", True), ("cuda-01", "worker", True)]
+    # static discovery: the worker is listed, but Envoy cannot route to it
+    assert [(e["name"], e["source"], e["ready"], e["routable"]) for e in endpoints] == [
+        ("general-1", "config", True, True), ("cuda-01", "worker", False, False)]
+    assert "not routable with static discovery" in endpoints[1]["reason"]
 
 
 async def _eds_request(call: Any, names: list[str], nonce: str = "", version: str = "",

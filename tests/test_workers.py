@@ -117,6 +117,20 @@ def test_rejections_name_the_field_and_why(config: RouterConfig, changes: dict[s
     assert info.value.status == 400
 
 
+@pytest.mark.parametrize(("given", "stored"), [
+    ("http://w:8000/v1", "http://w:8000/v1"),
+    ("http://w:8000/v1/", "http://w:8000/v1"),
+    ("http://w:8000/", "http://w:8000/v1"),  # the README: an empty path or / means /v1
+    ("http://w:8000", "http://w:8000/v1"),
+    ("http://[fd00::1]:8000/", "http://[fd00::1]:8000/v1"),
+])
+def test_runtime_endpoint_path_is_v1(config: RouterConfig, given: str, stored: str) -> None:
+    worker = parse_worker(example(runtime_endpoint=given), config.models, now=1.0)
+    assert worker.runtime_endpoint == stored  # shown by GET /v1/workers, persisted
+    assert worker.to_json()["runtime_endpoint"] == stored
+    assert parse_worker(worker.document(), config.models, now=1.0) == worker
+
+
 def test_every_problem_is_reported(config: RouterConfig) -> None:
     doc = example(worker_id="bad id", runtime_config={"transport": "x"},
                   gpu_metadata={"serial": "1"})

@@ -1,0 +1,89 @@
+"""``ConfigReloader.reload_now`` (what SIGHUP calls): the same path as the file watcher, but
+applied at once even when the file looks unchanged; a missing file is reported every time it
+is asked for; a reload and a watcher check never apply at the same time."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+
+import pytest
+
+from extproc.config import RouterConfig, load_config_text
+from extproc.metrics import RouterMetrics
+from extproc.reload import ConfigReloader
+
+CONFIG = """
+providers:
+  defaults: {model: general}
+  models:
+    - name: general
+      provider_model_id: Qwen/Qwen3-0.6B
+      backend_refs: [{name: g, endpoint: "127.0.0.1:8000"}]
+"""
+
+
+class Applied:
+    def __init__(self) -> None:
+        self.configs: list[RouterConfig] = []
+        self.running = 0
+        self.overlapped = False
+
+    async def __call__(self, config: RouterConfig) -> None:
+        self.running += 1
+        self.overlapped |= self.running > 1
+        await asyncio.sleep(0.05)
+        self.configs.append(config)
+        self.running -= 1
+
+
+@pytest.fixture
+def path(tmp_path: Path) -> Path:
+    file = tmp_path / "router.yaml"
+    file.write_text(CONFIG)
+    return file
+
+
+def _reloader(path: Path, apply: Applied) -> tuple[ConfigReloader, RouterMetrics]:
+    metrics = RouterMetrics()
+    return ConfigReloader(path, load_config_text(CONFIG), apply, metrics,
+                          logging.getLogger("test.reload")), metrics
+
+
+async def test_reload_now_applies_an_unchanged_file(path: Path,
+                                                    caplog: pytest.LogCaptureFixture) -> None:
+    apply = Applied()
+    reloader, metrics = _reloader(path, apply)
+    caplog.set_level(logging.INFO, "test.reload")
+    assert await reloader.check_once() == "unchanged"
+    assert await reloader.reload_now("SIGHUP") == "applied"
+    assert len(apply.configs) == 1
+    assert await reloader.check_once() == "unchanged"  # the watcher does not apply it again
+    messages = [(r.getMessage(), getattr(r, "trigger", None)) for r in caplog.records]
+    assert ("config reload requested", "SIGHUP") in messages
+    assert ("config reloaded", "SIGHUP") in messages
+    assert 'semantic_router_config_reloads_total{result="ok"} 1.0' in \
+        metrics.exposition().decode()
+
+
+async def test_reload_now_keeps_the_old_config_on_a_bad_or_missing_file(path: Path) -> None:
+    apply = Applied()
+    reloader, metrics = _reloader(path, apply)
+    path.write_text(CONFIG.replace("model: general}", "model: nowhere}"))
+    assert await reloader.reload_now("SIGHUP") == "failed"
+    path.unlink()
+    assert await reloader.reload_now("SIGHUP") == "failed"
+    assert await reloader.reload_now("SIGHUP") == "failed"  # asked again: said again
+    assert await reloader.check_once() == "unchanged"  # the watcher said it once already
+    assert apply.configs == []
+    assert 'semantic_router_config_reloads_total{result="failed"} 3.0' in \
+        metrics.exposition().decode()
+
+
+async def test_reload_now_and_the_watcher_never_overlap(path: Path) -> None:
+    apply = Applied()
+    reloader, _ = _reloader(path, apply)
+    path.write_text(CONFIG + "\n# edited\n")
+    results = await asyncio.gather(reloader.check_once(), reloader.reload_now("SIGHUP"))
+    assert results == ["applied", "applied"] and not apply.overlapped
