@@ -108,15 +108,35 @@ class ConfigReloader:
             return "failed"
         self._metrics.config_reload("ok")
         envoy_changed = _envoy_facing(config) != _envoy_facing(self._current)
+        restart = [key for key, value in _restart_only(config).items()
+                   if value != _restart_only(self._current)[key]]
         self._current = config
         self._logger.info("config reloaded", extra={
             "config": str(self._path), "trigger": trigger, "summary": config.summary(),
             "envoy_config_changed": envoy_changed})
+        if envoy_changed:
+            self._logger.warning(
+                "the rendered Envoy config changed: re-render it and reload Envoy "
+                "(`semantic-router envoy render`; serve --with-envoy: restart)",
+                extra={"config": str(self._path)})
+        if restart:
+            self._logger.warning("these settings take effect only after a restart",
+                                 extra={"config": str(self._path), "settings": restart})
         return "applied"
 
 
-def _envoy_facing(config: RouterConfig) -> tuple[object, ...]:
-    """What the rendered Envoy config depends on (a change needs an Envoy reload too)."""
-    return (config.listener, config.router.failure_mode, config.router.grpc,
-            tuple((m.cluster, m.endpoints) for m in config.models.values()),
-            tuple(sorted(d.name for d in config.decisions)))
+def _envoy_facing(config: RouterConfig) -> str:
+    """The Envoy config this router config renders to (client keys aside: they live in files
+    and variables, not in the config): a change needs Envoy re-rendered and reloaded."""
+    from extproc.envoy_render import bootstrap, to_yaml
+    from extproc.security import Secrets
+
+    return to_yaml(bootstrap(config, secrets=Secrets()))
+
+
+def _restart_only(config: RouterConfig) -> dict[str, object]:
+    """Router settings read once at start-up: a reload cannot apply them."""
+    router = config.router
+    return {"router.grpc": router.grpc, "router.admin": router.admin,
+            "router.admin_token_env": router.admin_token_env, "router.probe": router.probe,
+            "router.tls": router.tls, "router.state_dir": router.state_dir}

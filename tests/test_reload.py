@@ -87,3 +87,25 @@ async def test_reload_now_and_the_watcher_never_overlap(path: Path) -> None:
     path.write_text(CONFIG + "\n# edited\n")
     results = await asyncio.gather(reloader.check_once(), reloader.reload_now("SIGHUP"))
     assert results == ["applied", "applied"] and not apply.overlapped
+
+
+@pytest.mark.parametrize(("addition", "envoy", "restart"), [
+    ("router: {message_timeout_ms: 9000}\n", True, []),     # Envoy's ext_proc timeout
+    ("router: {health_check_path: /ping}\n", True, []),     # Envoy's health checks
+    ("router: {admin: '127.0.0.1:8181'}\n", False, ["router.admin"]),
+    ("router: {on_overload: reject}\n", False, []),         # the router's own: applied
+])
+async def test_a_reload_says_what_it_cannot_apply(
+    path: Path, caplog: pytest.LogCaptureFixture, addition: str, envoy: bool,
+    restart: list[str],
+) -> None:
+    """A change the running Envoy or the running servers cannot take is said, not dropped
+    silently: the Envoy-facing check compares the rendered Envoy configs."""
+    reloader, _ = _reloader(path, Applied())
+    caplog.set_level(logging.INFO, "test.reload")
+    path.write_text(CONFIG + addition)
+    assert await reloader.reload_now("SIGHUP") == "applied"
+    (reloaded,) = [r for r in caplog.records if r.getMessage() == "config reloaded"]
+    assert reloaded.envoy_config_changed is envoy  # type: ignore[attr-defined]
+    warned = [r for r in caplog.records if r.getMessage().startswith("these settings")]
+    assert [getattr(r, "settings", None) for r in warned] == ([restart] if restart else [])
