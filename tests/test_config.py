@@ -80,6 +80,28 @@ def test_default_yaml_loads() -> None:
     assert outcome.plugins.block is not None
 
 
+def test_default_yaml_sends_coding_agent_sessions_to_code() -> None:
+    """A coding agent's "go on" carries no code words; the tools it offers do."""
+    import json
+
+    from extproc.openai_request import Endpoint, parse_request
+    from extproc.signals.specs import KeywordSpec
+
+    config = load_config(DEFAULT_YAML)
+    (spec,) = [s for s in config.signals if s.name == "coding_agent_tools"]
+    assert isinstance(spec, KeywordSpec) and spec.text_source == "conversation"
+    tools = [{"type": "function", "function": {"name": name, "parameters": {}}}
+             for name in ("read_file", "apply_patch", "shell")]
+    body = {"model": "auto", "tools": tools, "messages": [{"role": "user", "content": "go on"}]}
+    request = parse_request(json.dumps(body).encode(), Endpoint.CHAT)
+    hit = spec.evaluate(request.classifier_text_for("conversation"))
+    assert hit.matched and hit.label == "apply_patch"
+    assert decide(config.decisions, {"coding_agent_tools": hit}, "general").model == "code"
+    weather = {**body, "tools": [{"type": "function", "function": {"name": "get_weather"}}]}
+    request = parse_request(json.dumps(weather).encode(), Endpoint.CHAT)
+    assert not spec.evaluate(request.classifier_text_for("conversation")).matched
+
+
 def test_long_prompts_reach_the_classifier_settings() -> None:
     from classifiers.api import LongPromptSettings
     from extproc.classifier_binding import classifier_settings
