@@ -35,6 +35,13 @@ def _add_config(parser: argparse.ArgumentParser) -> None:
 
 def _cmd_validate(args: argparse.Namespace) -> int:
     config = _load(args.config)
+    try:  # the variables serve will read: said here, as warnings (CI may validate without)
+        from extproc.security import backend_auth
+
+        backend_auth(config)
+    except ConfigError as err:
+        for problem in err.errors:
+            print(f"warning: {problem} (`serve` refuses to start without it)", file=sys.stderr)
     if args.probe:
         from extproc.status import probe_config
 

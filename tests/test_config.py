@@ -428,3 +428,22 @@ def test_ambiguous_provider_id_is_not_an_explicit_name() -> None:
 def test_cluster_name_for_keeps_safe_characters() -> None:
     assert cluster_name_for("local/qwen:7b") == "local_qwen_7b"
     assert cluster_name_for("a-b.c_d") == "a-b.c_d"
+
+
+def test_cli_validate_warns_about_an_unset_backend_key_variable(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`serve` refuses to start without it: validate says so, by YAML path, and still
+    passes (the variable may exist only where the router runs)."""
+    monkeypatch.delenv("AUDIT_BACKEND_KEY", raising=False)
+    path = tmp_path / "router.yaml"
+    path.write_text(MINIMAL.replace('endpoint: "127.0.0.1:8103"',
+                                    'endpoint: "127.0.0.1:8103", api_key_env: AUDIT_BACKEND_KEY'))
+    assert "AUDIT_BACKEND_KEY" in path.read_text()
+    assert main(["config", "validate", "--config", str(path)]) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith("ok: ")
+    assert "warning: providers.models[" in err and "(AUDIT_BACKEND_KEY)" in err
+    monkeypatch.setenv("AUDIT_BACKEND_KEY", "sk-audit")
+    assert main(["config", "validate", "--config", str(path)]) == 0
+    assert capsys.readouterr().err == ""
