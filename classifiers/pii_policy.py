@@ -9,14 +9,16 @@ no-break spaces is a card. Separators other than one space or dash are handled b
 card patterns in `classifiers.pii` (dots, slashes, runs of spaces, each used consistently).
 
 Shapes (`Refiner.keep`), each decided on a finding with the context words around it:
-- a card number whose digits start with 1 is a card only at 15 digits (UATP): the 16-digit
-  runs are microsecond timestamps, one in ten of which passes the Luhn check;
+- a card number is a card only at a length its network issues with its prefix: 16-digit
+  runs starting with 1 are microsecond timestamps and 15-digit runs starting with 35 are IMEIs
+  (one in ten of the first, every one of the second, passes the Luhn check);
 - an unseparated card-length digit run without a card word, in a text holding several such
   runs, is an identifier column (order ids, trace ids): one in ten of those passes Luhn too;
 - an SSN written with spaces or dots ("512 48 2210": tensor shapes, table columns) needs an SSN
   word nearby; the dashed form keeps Presidio's score;
-- an API key that is a placeholder ("sk_test_xxxx…", "YOUR_KEY", "AKIAIOSFODNN7EXAMPLE") or a
-  sample the vendors publish in their documentation is not a credential.
+- an API key that is a placeholder ("sk_test_xxxx…", "YOUR_KEY", "AKIAIOSFODNN7EXAMPLE"), a
+  sample the vendors publish in their documentation or an `sk-` shaped slug of lower-case
+  words is not a credential.
 Published test card numbers and IBAN examples are still found: they are what people type when
 they try a guard, and a prompt cannot show whether a number is someone's.
 """
@@ -87,13 +89,34 @@ class Refiner:
 
     def _card(self, value: str, context: bool) -> bool:
         digits = "".join(c for c in value if c.isdigit())
-        if digits.startswith("1") and len(digits) != 15:
+        if not issued_length(digits):
             return False
         if context or digits != value:
             return True
         if self._long_runs is None:
             self._long_runs = sum(1 for _ in _LONG_RUN.finditer(self._text))
         return self._long_runs < ID_COLUMN_RUNS
+
+
+# Card networks' issuer prefixes and the lengths they issue (ISO/IEC 7812 ranges as the
+# networks publish them); a Luhn-valid number outside them is some other identifier: IMEIs
+# (15 digits, "35...", Luhn-valid by design), SIRETs, order numbers, timetables.
+_ISSUED = (
+    (re.compile(r"4"), (13, 16, 19)),                                   # Visa
+    (re.compile(r"5[1-5]|222[1-9]|22[3-9]\d|2[3-6]\d\d|27[01]\d|2720"), (16,)),  # Mastercard
+    (re.compile(r"3[47]"), (15,)),                                       # Amex
+    (re.compile(r"30[0-5]|3095|36|3[89]"), (14, 15, 16, 17, 18, 19)),   # Diners
+    (re.compile(r"6011|64[4-9]|65|62"), (16, 17, 18, 19)),               # Discover, UnionPay
+    (re.compile(r"35"), (16, 17, 18, 19)),                               # JCB
+    (re.compile(r"1800|2131|1"), (15,)),                                 # JCB 15, UATP
+    (re.compile(r"5018|5020|5038|5893|6304|6759|676[1-3]"), tuple(range(12, 20))),  # Maestro
+)
+
+
+def issued_length(digits: str) -> bool:
+    """Whether some card network issues numbers of this length with this prefix: the 16-digit
+    runs starting with 1 (microsecond timestamps) and the 15-digit IMEIs are not cards."""
+    return any(prefix.match(digits) and len(digits) in lengths for prefix, lengths in _ISSUED)
 
 
 def placeholder_key(value: str) -> bool:
@@ -105,4 +128,11 @@ def placeholder_key(value: str) -> bool:
         or _PLACEHOLDER_WORDS.search(token) is not None
         or _JWT_IO_PAYLOAD in token
         or len({c for c in token if c.isalnum()}) <= PLACEHOLDER_MAX_DISTINCT
+        or _slug(token)
     )
+
+
+def _slug(token: str) -> bool:
+    """An `sk-` shape in lower case ("sk-learn-pipelines-for-beginners-2024"): real OpenAI
+    and Anthropic keys mix cases (20+ random characters with no capital: 1 in 50,000)."""
+    return token.startswith("sk-") and not any(c.isupper() for c in token[3:])

@@ -42,6 +42,7 @@ class TextSource(Enum):
     RECENT_USER = "recent_user"
     ALL_USER = "all_user"
     CONVERSATION = "conversation"
+    TOOLS = "tools"  # the names of the tools the request offers, one per line
 
 
 # recent_user: a last user message shorter than this (about six words: "why?", "and in Rust?")
@@ -123,6 +124,8 @@ class OpenAIRequest:
     spans: tuple[tuple[str, int, int], ...]
     raw_messages: tuple[Any, ...] = ()
     """``messages`` as parsed, for plugins that edit them (system prompts)."""
+    tool_names: tuple[str, ...] = ()
+    """The names of the offered ``tools`` (chat and Responses): what a coding agent is."""
 
     @property
     def model_spans(self) -> tuple[tuple[int, int], ...]:
@@ -141,6 +144,8 @@ class OpenAIRequest:
         return self.classifier_text(TextSource(source))
 
     def _source_text(self, source: TextSource) -> str:
+        if source is TextSource.TOOLS:
+            return "\n".join(self.tool_names)
         if self.endpoint is Endpoint.COMPLETIONS:
             return self.prompt_text
         if source is TextSource.LAST_USER:
@@ -228,9 +233,6 @@ def parse_request(body: bytes, endpoint: Endpoint) -> OpenAIRequest:
     raw_messages: tuple[Any, ...] = ()
     if endpoint is Endpoint.CHAT:
         messages = _messages(fields.get("messages"))
-        tools = _tools_text(fields.get("tools"))
-        if tools:  # shown to the model ahead of the conversation
-            messages = (Message("system", tools), *messages)
         raw_messages = tuple(fields["messages"])
         prompt = ""
     elif endpoint is Endpoint.RESPONSES:
@@ -240,7 +242,7 @@ def parse_request(body: bytes, endpoint: Endpoint) -> OpenAIRequest:
         messages = ()
         prompt = _prompt(fields.get("prompt"))
     return OpenAIRequest(endpoint, model, bool(stream), messages, prompt, text, tuple(spans),
-                         raw_messages)
+                         raw_messages, _tool_names(fields.get("tools")))
 
 
 def _parse_top_level(text: str) -> tuple[dict[str, Any], list[tuple[str, int, int]]]:
@@ -342,12 +344,21 @@ def _call_text(message: dict[str, Any]) -> str:
     return "\n".join(texts)
 
 
-def _tools_text(tools: Any) -> str:
-    """The ``tools`` a chat request offers, as the chat template shows them to the model
-    (names, descriptions, parameter schemas): JSON text."""
-    if not isinstance(tools, list) or not tools:
-        return ""
-    return json.dumps(tools, ensure_ascii=False)
+def _tool_names(tools: Any) -> tuple[str, ...]:
+    """The names of the offered tools: chat's ``{"function": {"name"}}`` and the Responses
+    API's ``{"name"}``. Their descriptions and schemas are the application's own text, read by
+    no signal (a sandbox card number in a payment tool's description is not the user's)."""
+    if not isinstance(tools, list):
+        return ()
+    names = []
+    for tool in tools[:256]:
+        if not isinstance(tool, dict):
+            continue
+        function = tool.get("function")
+        name = function.get("name") if isinstance(function, dict) else tool.get("name")
+        if isinstance(name, str) and name:
+            names.append(name[:128])
+    return tuple(names)
 
 
 def _responses_input(value: Any, instructions: Any) -> tuple[Message, ...]:

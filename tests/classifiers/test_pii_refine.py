@@ -104,3 +104,24 @@ def test_published_test_cards_and_ibans_are_still_found() -> None:
     assert found("card 4242 4242 4242 4242") == [("CREDIT_CARD", "4242 4242 4242 4242")]
     assert found("IBAN DE89 3704 0044 0532 0130 00") == [
         ("IBAN_CODE", "DE89 3704 0044 0532 0130 00")]
+
+
+@pytest.mark.parametrize("text", [
+    "IMEI 353918053395634 reported stolen",               # 15 digits, 35: an IMEI, Luhn-valid
+    "SIRET 35600000000048",                               # 14 digits, 35: not Diners
+    "e-ticket 6186654793745",                             # 13 digits, 6: no network
+    "order GPA.3312-1715-2913-86371",                     # 17 digits, 33
+    "buses at 2005 2035 2105 2135 tonight",               # 2005...: below Mastercard's 2221
+    "2^45 = 35184372088832",
+    "see https://example.com/sk-learn-pipelines-for-beginners-2024",
+])
+def test_identifiers_no_card_network_issues_and_slugs_are_not_refused(text: str) -> None:
+    assert found(text) == []
+
+
+@pytest.mark.parametrize("stem", ["422222222222", "37828224631000", "3056930902590",
+                                  "601111111111111", "350411333300000", "555555555555444",
+                                  "222300312200322", "675964982643845", "411111111111111111"])
+def test_every_network_length_is_still_a_card(stem: str) -> None:
+    card = with_check_digit(stem)
+    assert found(f"card {card}") == [("CREDIT_CARD", card)]
