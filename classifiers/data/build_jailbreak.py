@@ -9,7 +9,8 @@ head does on attacks and benign prompts it has not seen the like of:
                     pyrit `in_the_wild/` and top-level (jailbreakchat) templates, short attacks
                     (`injections`: hand-written lines, garak PromptInject instructions),
                     hand-written hard cases (`hard_cases`: obfuscated overrides; its
-                    other-language overrides and sentimental role-play are held out only)
+                    other-language overrides, sentimental role-play and agent templates or
+                    persona prompts carrying an override are held out only)
   held-out jailbreak: pyrit `pliny/`, `Arth_Singh/` and `multi_parameter/` templates (other
                     authors), held-out short attacks (`injections`: hand-written lines, pyrit's
                     system-prompt theft seeds and Skeleton Key), held-out hard cases
@@ -20,11 +21,13 @@ head does on attacks and benign prompts it has not seen the like of:
                     `benign_prompts.TRAIN`, the domain head's hand-written chat prompts, and
                     short chat turns (`small_talk`: hand-written lines, chatterbot-corpus),
                     hand-written hard cases (`hard_cases`: retractions of one's own earlier
-                    messages, LLM-security questions, harmless look-alikes)
+                    messages, LLM-security questions, harmless look-alikes; its agent-framework
+                    templates, product system prompts sent as user messages, prompt reviews,
+                    e-mail drafts and agent logs are held out only)
   held-out benign : HumanEval code prompts, writingbench Education + Advertising & Marketing,
                     garak's normal instructions, MMLU-Pro `test` questions,
                     `benign_prompts.HELD_OUT`, held-out short chat turns (`small_talk`),
-                    held-out hard cases (`hard_cases`)
+                    held-out hard cases (`hard_cases`; other agent frameworks and products)
 
 Templates' `{{ prompt }}` slots are filled with AdvBench harmful behaviours (pyrit's copy); the
 behaviours used for training fills and held-out fills are disjoint. Plain harmful requests without
