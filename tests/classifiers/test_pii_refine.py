@@ -41,6 +41,7 @@ def found(text: str) -> list[tuple[str, str]]:
     "pay with 4111\t1111\t1111\t1111",
     "my card:\n4111\n1111\n1111\n1111\nthanks",                  # one group per line
     "card4111111111111111 please",                               # glued to a word
+    "card#4111111111111111exp 12/29",
 ])
 def test_cards_in_other_spellings_are_found(text: str) -> None:
     assert [entity for entity, _ in found(text)] == ["CREDIT_CARD"], found(text)
