@@ -16,6 +16,8 @@ Shapes (`Refiner.keep`), each decided on a finding with the context words around
   runs, is an identifier column (order ids, trace ids): one in ten of those passes Luhn too;
 - an SSN written with spaces or dots ("512 48 2210": tensor shapes, table columns) needs an SSN
   word nearby; the dashed form keeps Presidio's score;
+- a card- or SSN-shaped number labelled as another identifier just before it ("IMEI", "part
+  no.", "order #", "EAN", "tracking") with no card or SSN word nearby is that identifier;
 - an API key that is a placeholder ("sk_test_xxxx…", "YOUR_KEY", "AKIAIOSFODNN7EXAMPLE"), a
   sample the vendors publish in their documentation or an `sk-` shaped slug of lower-case
   words is not a credential.
@@ -55,6 +57,13 @@ def normalize(text: str) -> str:
 # Unseparated card-length runs that make a text look like an identifier column.
 _LONG_RUN = re.compile(r"(?<!\d)\d{13,19}(?!\d)")
 ID_COLUMN_RUNS = 4
+# Labels of other identifiers, read just before a card- or SSN-shaped number that has no card
+# or SSN word of its own nearby (the recognizers' context words keep it otherwise).
+LABEL_WINDOW_CHARS = 24
+_IDENTIFIER_LABEL = re.compile(
+    r"\b(?:imei|iccid|meid|siret|siren|ean|gtin|upc|isbn|issn|asin|sku|part|order|invoice|"
+    r"tracking|serial|ticket|booking|reference|ref|lot|batch|barcode)\b[^0-9\n]{0,12}$",
+    re.IGNORECASE)
 # Placeholder keys: a repeated filler character, or a word that says so.
 _FILLER = re.compile(r"([xX*0.#_-])\1{7,}")
 _PLACEHOLDER_WORDS = re.compile(
@@ -79,6 +88,8 @@ class Refiner:
 
     def keep(self, entity: str, start: int, end: int, context: bool) -> bool:
         value = self._text[start:end]
+        if entity in ("CREDIT_CARD", "US_SSN") and not context and self._labelled(start):
+            return False
         if entity == "CREDIT_CARD":
             return self._card(value, context)
         if entity == "US_SSN":
@@ -86,6 +97,12 @@ class Refiner:
         if entity == "API_KEY":
             return not placeholder_key(value)
         return True
+
+    def _labelled(self, start: int) -> bool:
+        """The number is labelled as another identifier just before it ("IMEI", "part no.",
+        "order #", "EAN"): that label says what it is."""
+        before = self._text[max(0, start - LABEL_WINDOW_CHARS) : start]
+        return _IDENTIFIER_LABEL.search(before) is not None
 
     def _card(self, value: str, context: bool) -> bool:
         digits = "".join(c for c in value if c.isdigit())

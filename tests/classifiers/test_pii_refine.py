@@ -126,3 +126,19 @@ def test_identifiers_no_card_network_issues_and_slugs_are_not_refused(text: str)
 def test_every_network_length_is_still_a_card(stem: str) -> None:
     card = with_check_digit(stem)
     assert found(f"card {card}") == [("CREDIT_CARD", card)]
+
+
+@pytest.mark.parametrize("text", [
+    "Drain pump, part no. 620-77-4412",
+    "EAN 4006381000994, 24 pieces",
+    "order #4532015112830366 shipped",
+    "tracking: 4111 1111 1111 1111",
+])
+def test_numbers_labelled_as_other_identifiers_are_not_refused(text: str) -> None:
+    assert found(text) == []
+
+
+def test_a_card_or_ssn_word_outweighs_an_identifier_label() -> None:
+    assert found("order paid with card 4111 1111 1111 1111") == [
+        ("CREDIT_CARD", "4111 1111 1111 1111")]
+    assert found("customer SSN 536-22-8143") == [("US_SSN", "536-22-8143")]
