@@ -19,6 +19,7 @@ from typing import Any
 
 from extproc.errors import BadRequest
 from extproc.names import CHAT_COMPLETIONS_PATH, COMPLETIONS_PATH, RESPONSES_PATH
+from extproc.openai_content import call_text, content_text, item_text, prompt_text, tool_names
 
 
 class Endpoint(Enum):
@@ -88,11 +89,6 @@ _scanstring = json.decoder.scanstring  # type: ignore[attr-defined]
 _encode_str = json.encoder.encode_basestring
 _encode_str_ascii = json.encoder.encode_basestring_ascii
 _SPAN_KEYS = frozenset({"model", "messages"})
-# Content parts whose text the served model reads (vLLM renders refusal and thinking parts of
-# any role as text too): the part type -> the field holding its text. A part of another type
-# that carries a string "text" is read as well: guards must not miss what the model sees.
-_TEXT_FIELDS = {"text": "text", "input_text": "text", "output_text": "text",
-                "refusal": "refusal", "thinking": "thinking", "reasoning": "text"}
 # null content is valid only for assistant turns (tool calls) and tool results
 _CONTENT_REQUIRED = frozenset({"user", "system", "developer"})
 # The roles OpenAI accepts, case-sensitive as it is: guards that read the user turns
@@ -240,9 +236,9 @@ def parse_request(body: bytes, endpoint: Endpoint) -> OpenAIRequest:
         prompt = ""
     else:
         messages = ()
-        prompt = _prompt(fields.get("prompt"))
+        prompt = prompt_text(fields.get("prompt"))
     return OpenAIRequest(endpoint, model, bool(stream), messages, prompt, text, tuple(spans),
-                         raw_messages, _tool_names(fields.get("tools")))
+                         raw_messages, tool_names(fields.get("tools")))
 
 
 def _parse_top_level(text: str) -> tuple[dict[str, Any], list[tuple[str, int, int]]]:
@@ -325,40 +321,10 @@ def _messages(value: Any) -> tuple[Message, ...]:
             raise BadRequest(f"messages[{i}].content must be a string or an array of parts",
                              param=f"messages[{i}].content")
         if not isinstance(content, str):  # (a string is its own text: no param to format)
-            content = _content_text(content, f"messages[{i}].content")
-        calls = _call_text(item) if role == "assistant" else ""
+            content = content_text(content, f"messages[{i}].content")
+        calls = call_text(item) if role == "assistant" else ""
         out.append(Message(role, f"{content}\n{calls}" if content and calls else content or calls))
     return tuple(out)
-
-
-def _call_text(message: dict[str, Any]) -> str:
-    """An assistant turn's tool calls (and legacy ``function_call``) as the model reads them
-    back: each function's name and arguments. Malformed entries are the backend's to refuse."""
-    calls = message.get("tool_calls")
-    functions = [c.get("function") for c in calls if isinstance(c, dict)] \
-        if isinstance(calls, list) else []
-    functions.append(message.get("function_call"))
-    texts = [f"{f.get('name', '')}({f.get('arguments', '')})" for f in functions
-             if isinstance(f, dict) and isinstance(f.get("name", ""), str)
-             and isinstance(f.get("arguments", ""), str)]
-    return "\n".join(texts)
-
-
-def _tool_names(tools: Any) -> tuple[str, ...]:
-    """The names of the offered tools: chat's ``{"function": {"name"}}`` and the Responses
-    API's ``{"name"}``. Their descriptions and schemas are the application's own text, read by
-    no signal (a sandbox card number in a payment tool's description is not the user's)."""
-    if not isinstance(tools, list):
-        return ()
-    names = []
-    for tool in tools[:256]:
-        if not isinstance(tool, dict):
-            continue
-        function = tool.get("function")
-        name = function.get("name") if isinstance(function, dict) else tool.get("name")
-        if isinstance(name, str) and name:
-            names.append(name[:128])
-    return tuple(names)
 
 
 def _responses_input(value: Any, instructions: Any) -> tuple[Message, ...]:
@@ -378,33 +344,14 @@ def _responses_input(value: Any, instructions: Any) -> tuple[Message, ...]:
         kind = item.get("type")
         reference = kind is None and "content" not in item  # {"id": ...}: its type is optional
         if role is None and (reference or kind not in (None, "message")):
-            item_text = _item_text(item, kind)
-            if item_text:  # function calls and their outputs, reasoning summaries
+            shown = item_text(item, kind)
+            if shown:  # function calls and their outputs, reasoning summaries
                 out.append(Message("tool" if kind == "function_call_output" else "assistant",
-                                   item_text))
+                                   shown))
             continue  # item references: nothing of their own
         role = _role(role, f"input[{i}].role", RESPONSES_ROLES, _RESPONSES_ROLES)
-        out.append(Message(role, _content_text(item.get("content"), f"input[{i}].content")))
+        out.append(Message(role, content_text(item.get("content"), f"input[{i}].content")))
     return tuple(out)
-
-
-def _item_text(item: dict[str, Any], kind: Any) -> str:
-    """The text a non-message Responses item shows the model: a function call's name and
-    arguments, a call output's string, a reasoning item's summary and content texts."""
-    if kind in ("function_call", "custom_tool_call"):
-        name, arguments = item.get("name"), item.get("arguments", item.get("input"))
-        return f"{name}({arguments})" if isinstance(name, str) and isinstance(arguments, str) \
-            else ""
-    if kind in ("function_call_output", "custom_tool_call_output"):
-        output = item.get("output")
-        if isinstance(output, list):
-            return _content_text(output, "output", strict=False)
-        return output if isinstance(output, str) else ""
-    if kind == "reasoning":
-        parts = [p for key in ("summary", "content") if isinstance(item.get(key), list)
-                 for p in item[key]]
-        return _content_text(parts, "reasoning", strict=False)
-    return ""
 
 
 def _role(role: Any, param: str, names: tuple[str, ...], allowed: frozenset[str]) -> str:
@@ -416,50 +363,3 @@ def _role(role: Any, param: str, names: tuple[str, ...], allowed: frozenset[str]
         raise BadRequest(f"Invalid value for {param}: '{role[:100]}'. "
                          f"Supported values are: {supported}.", param=param)
     return role
-
-
-def _content_text(content: Any, param: str, *, strict: bool = True) -> str:
-    """String content, or the texts of a content-part array (parts may also be plain strings,
-    as vLLM accepts); null is allowed (assistant messages with tool calls). ``strict=False``
-    skips malformed parts instead of refusing them (items the router only reads)."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list):
-        raise BadRequest(f"{param} must be a string or an array of content parts", param=param)
-    texts = []
-    for j, part in enumerate(content):
-        if isinstance(part, str):
-            texts.append(part)
-            continue
-        if not isinstance(part, dict) or not isinstance(part.get("type"), str):
-            if not strict:
-                continue
-            raise BadRequest(
-                f"{param}[{j}] must be a content part with a type", param=f"{param}[{j}]"
-            )
-        field = _TEXT_FIELDS.get(part["type"], "text")
-        text = part.get(field)
-        if isinstance(text, str):
-            texts.append(text)
-        elif strict and part["type"] in _TEXT_FIELDS:
-            raise BadRequest(f"{param}[{j}].{field} must be a string",
-                             param=f"{param}[{j}].{field}")
-    return "\n".join(texts)
-
-
-def _prompt(value: Any) -> str:
-    if value is None:
-        raise BadRequest("you must provide a prompt parameter", param="prompt")
-    if isinstance(value, str):
-        return value
-    if isinstance(value, list) and all(isinstance(v, str) for v in value):
-        return "\n".join(value)
-    if isinstance(value, list) and all(isinstance(v, int) for v in value):
-        return ""  # token ids: nothing to classify, route on the rest
-    if isinstance(value, list) and all(
-        isinstance(v, list) and all(isinstance(t, int) for t in v) for v in value
-    ):
-        return ""
-    raise BadRequest("'prompt' must be a string, an array of strings or token ids", param="prompt")
