@@ -24,6 +24,7 @@ import re
 import shutil
 import subprocess
 import sys
+from importlib.metadata import version
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -140,9 +141,7 @@ def main() -> int:
     found = probe_distributions()
     wanted = {name: version for name, version in found.items()
               if name not in HOST_HAS and name not in SKIP}
-    for name in ALWAYS:
-        from importlib.metadata import version
-        wanted[name] = version(name)
+    wanted.update({name: version(name) for name in ALWAYS})
     print("carried as cp312 wheels:", ", ".join(f"{k}=={v}" for k, v in sorted(wanted.items())))
     download_wheels(wanted, out / "whl")
     write_encoder(out / "site")

@@ -37,7 +37,8 @@ class ConfigReloader:
                  metrics: RouterMetrics, logger: logging.Logger,
                  interval_s: float = 1.0) -> None:
         self._path = Path(path)
-        self._current = current
+        self._started = current  # what Envoy was rendered with and the servers bound
+        self._started_envoy: str | None = None
         self._apply = apply
         self._metrics = metrics
         self._logger = logger
@@ -107,10 +108,12 @@ class ConfigReloader:
                                    extra={"config": str(self._path), "error": str(err)})
             return "failed"
         self._metrics.config_reload("ok")
-        envoy_changed = _envoy_facing(config) != _envoy_facing(self._current)
-        restart = [key for key, value in _restart_only(config).items()
-                   if value != _restart_only(self._current)[key]]
-        self._current = config
+        # against what the running Envoy and servers were started with, rendered once
+        if self._started_envoy is None:
+            self._started_envoy = _envoy_facing(self._started)
+        envoy_changed = _envoy_facing(config) != self._started_envoy
+        started = _restart_only(self._started)
+        restart = [key for key, value in _restart_only(config).items() if value != started[key]]
         self._logger.info("config reloaded", extra={
             "config": str(self._path), "trigger": trigger, "summary": config.summary(),
             "envoy_config_changed": envoy_changed})

@@ -19,19 +19,10 @@ import pytest
 from extproc import server as server_module
 from extproc.admin import AdminServer
 from extproc.config import load_config_text
-from extproc.localnet import free_port
 from extproc.server import Router, StartupError
+from tests.dataplane.serve_support import CONFIG, serve_ports, write_config
 
 ROOT = Path(__file__).resolve().parents[1]
-CONFIG = """
-router: {{grpc: "127.0.0.1:{grpc}", admin: "127.0.0.1:{admin}"}}
-providers:
-  defaults: {{model: general}}
-  models:
-    - name: general
-      provider_model_id: Qwen/Qwen3-0.6B
-      backend_refs: [{{name: sim-1, endpoint: "127.0.0.1:{backend}"}}]
-"""
 
 
 def _cli(*args: str, stdout: Any = subprocess.PIPE) -> subprocess.CompletedProcess[str]:
@@ -52,10 +43,8 @@ def holder() -> Iterator[socket.socket]:
                                             ("admin", "the admin API (router.admin)")])
 def test_a_taken_router_port_fails_in_one_line(tmp_path: Path, holder: socket.socket,
                                                 taken: str, what: str) -> None:
-    ports = {"grpc": free_port(), "admin": free_port(), "backend": free_port()}
-    ports[taken] = holder.getsockname()[1]
-    config = tmp_path / "router.yaml"
-    config.write_text(CONFIG.format(**ports))
+    ports = {**serve_ports(), taken: holder.getsockname()[1]}
+    config = write_config(tmp_path / "router.yaml", ports)
     result = _cli("serve", "--config", str(config), "--log-format", "text")
     assert result.returncode == 1, result.stderr
     assert result.stderr.strip().splitlines() == [
@@ -68,7 +57,7 @@ async def test_a_port_taken_after_the_check_still_fails_cleanly(
     # a StartupError, and the half-made grpc server is collected while the loop runs (the
     # warnings-as-errors setting turns its "Exception ignored" into a failure)
     busy = f"127.0.0.1:{holder.getsockname()[1]}"
-    config = load_config_text(CONFIG.format(grpc=1, admin=1, backend=free_port()))
+    config = load_config_text(CONFIG.format(grace=10, **{**serve_ports(), "grpc": 1, "admin": 1}))
     checked: list[str] = []
 
     def bind_problem(address: str) -> str | None:  # passes the two start-up checks only

@@ -6,10 +6,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 
 from extproc.config import RouterConfig, load_config_text
@@ -111,6 +113,32 @@ async def stop_stack(stack: Stack) -> None:
         await stack.router.stop(grace_s=1)
     for backend in stack.backends.values():
         await backend.stop()
+
+
+async def stream_and_stop(stack: Stack, delay_s: float,
+                          stop: Callable[[], Coroutine[Any, Any, None]],
+                          while_stopping: Callable[[], Awaitable[None]]) -> list[str]:
+    """One SSE completion through Envoy with every backend chunk ``delay_s`` apart; at its
+    first chunk, ``stop`` starts and ``while_stopping`` runs (its checks, while the stream goes
+    on); returns the stream's data lines once both the stream and ``stop`` have ended."""
+    for backend in stack.backends.values():
+        backend.spec = type(backend.spec)(**{**backend.spec.__dict__, "stream_delay_s": delay_s})
+    chunks: list[str] = []
+    body = {"model": "auto", "stream": True,
+            "messages": [{"role": "user", "content": "python streaming"}]}
+    async with (httpx.AsyncClient(base_url=stack.base_url, timeout=30) as client,
+                client.stream("POST", "/v1/chat/completions", json=body) as response):
+        assert response.status_code == 200
+        stopping: asyncio.Task[None] | None = None
+        async for line in response.aiter_lines():
+            if line.startswith("data: "):
+                chunks.append(line)
+                if stopping is None:
+                    stopping = asyncio.create_task(stop())
+                    await while_stopping()
+        assert stopping is not None
+        await asyncio.wait_for(stopping, 15)
+    return chunks
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)

@@ -8,7 +8,6 @@ import asyncio
 from collections.abc import AsyncIterator
 
 import grpc
-import httpx
 import pytest
 from aiohttp import web
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -17,7 +16,7 @@ from extproc.envoy_process import EnvoyError, EnvoyProcess, active_requests, des
 from extproc.envoy_render import bootstrap, to_yaml
 from extproc.localnet import free_port
 from extproc.server import bundled_envoy, drain_and_stop, with_ports
-from tests.dataplane.conftest import stack_config, start_stack, stop_stack
+from tests.dataplane.conftest import stack_config, start_stack, stop_stack, stream_and_stop
 
 pytestmark = pytest.mark.dataplane
 
@@ -42,14 +41,9 @@ async def test_wait_ready_is_not_fooled_by_another_admin_on_the_port(impostor_ad
     config, _ = stack_config()
     config = with_ports(config, config.listener.address, f"127.0.0.1:{impostor_admin}")
     envoy = EnvoyProcess(to_yaml(bootstrap(config)), config.listener.admin, concurrency=1)
-    envoy.start()
-    try:
-        with pytest.raises(EnvoyError) as info:
-            await envoy.wait_ready(timeout_s=15)
-    finally:
-        envoy.stop()
-    assert str(info.value) == (f"Envoy exited with code 1 during start-up: cannot bind "
-                               f"'127.0.0.1:{impostor_admin}': Address already in use")
+    assert await _start_error(envoy) == (f"Envoy exited with code 1 during start-up: cannot "
+                                         f"bind '127.0.0.1:{impostor_admin}': Address already "
+                                         f"in use")
 
 
 async def test_the_bundled_envoy_does_not_share_its_listener_port() -> None:
@@ -60,16 +54,12 @@ async def test_the_bundled_envoy_does_not_share_its_listener_port() -> None:
     leftover.start()
     await leftover.wait_ready()
     fresh = with_ports(config, config.listener.address, f"127.0.0.1:{free_port()}")
-    envoy = bundled_envoy(fresh, config.router.grpc)
-    envoy.start()
     try:
-        with pytest.raises(EnvoyError) as info:
-            await envoy.wait_ready(timeout_s=15)
+        error = await _start_error(bundled_envoy(fresh, config.router.grpc))
     finally:
-        envoy.stop()
         leftover.stop()
-    assert f"cannot bind '{config.listener.address}': Address already in use" in str(info.value)
-    assert "\n" not in str(info.value)
+    assert f"cannot bind '{config.listener.address}': Address already in use" in error
+    assert "\n" not in error
 
 
 async def test_drain_and_stop_waits_for_streams_through_envoy() -> None:
@@ -77,33 +67,34 @@ async def test_drain_and_stop_waits_for_streams_through_envoy() -> None:
     stack = await start_stack(config)
     router = stack.router
     assert router is not None
-    for backend in stack.backends.values():
-        backend.spec = type(backend.spec)(**{**backend.spec.__dict__, "stream_delay_s": 0.3})
-    chunks: list[str] = []
+
+    async def draining_while_envoy_waits() -> None:
+        await asyncio.sleep(0.2)
+        assert router.readiness() == (False, "draining")
+        assert await _grpc_health(router.grpc_address) == \
+            health_pb2.HealthCheckResponse.NOT_SERVING
+        assert stack.envoy.returncode is None  # Envoy waits for us
+
     try:
-        async with httpx.AsyncClient(base_url=stack.base_url, timeout=30) as client:
-            body = {"model": "auto", "stream": True,
-                    "messages": [{"role": "user", "content": "python streaming"}]}
-            async with client.stream("POST", "/v1/chat/completions", json=body) as response:
-                stopping: asyncio.Task[None] | None = None
-                async for line in response.aiter_lines():
-                    if line.startswith("data: "):
-                        chunks.append(line)
-                        if stopping is None:
-                            stopping = asyncio.create_task(
-                                drain_and_stop(router, stack.envoy, grace_s=10))
-                            await asyncio.sleep(0.2)
-                            assert router.readiness() == (False, "draining")
-                            assert await _grpc_health(router.grpc_address) == \
-                                health_pb2.HealthCheckResponse.NOT_SERVING
-                            assert stack.envoy.returncode is None  # Envoy waits for us
-                assert stopping is not None
-                await asyncio.wait_for(stopping, 15)
+        chunks = await stream_and_stop(
+            stack, 0.3, lambda: drain_and_stop(router, stack.envoy, grace_s=10),
+            draining_while_envoy_waits)
         assert chunks[-1] == "data: [DONE]" and len(chunks) >= 8
         assert stack.envoy.returncode is not None  # stopped last
     finally:
         stack.router = None
         await stop_stack(stack)
+
+
+async def _start_error(envoy: EnvoyProcess) -> str:
+    """The one-line error ``envoy`` fails its start-up with (it must fail)."""
+    envoy.start()
+    try:
+        with pytest.raises(EnvoyError) as info:
+            await envoy.wait_ready(timeout_s=15)
+    finally:
+        envoy.stop()
+    return str(info.value)
 
 
 async def _grpc_health(address: str) -> int:

@@ -11,7 +11,14 @@ import httpx
 import pytest
 
 from extproc.reload import ConfigReloader
-from tests.dataplane.conftest import CONFIG, Stack, stack_config, start_stack, stop_stack
+from tests.dataplane.conftest import (
+    CONFIG,
+    Stack,
+    stack_config,
+    start_stack,
+    stop_stack,
+    stream_and_stop,
+)
 
 pytestmark = pytest.mark.dataplane
 
@@ -62,27 +69,16 @@ async def test_stop_drains_a_long_stream() -> None:
     stack = await start_stack(config)
     router = stack.router
     assert router is not None
-    for backend in stack.backends.values():
-        backend.spec = type(backend.spec)(**{**backend.spec.__dict__, "stream_delay_s": 0.4})
-    chunks: list[str] = []
+
+    async def not_ready_first() -> None:  # not-ready first, while the stream goes on
+        await asyncio.sleep(0.1)
+        assert not router.ready
+        ready, _ = router.health()
+        assert not ready
+
     try:
-        async with httpx.AsyncClient(base_url=stack.base_url, timeout=30) as client:
-            body = {"model": "auto", "stream": True,
-                    "messages": [{"role": "user", "content": "python streaming"}]}
-            async with client.stream("POST", "/v1/chat/completions", json=body) as response:
-                assert response.status_code == 200
-                stopping: asyncio.Task[None] | None = None
-                async for line in response.aiter_lines():
-                    if line.startswith("data: "):
-                        chunks.append(line)
-                        if stopping is None:
-                            stopping = asyncio.create_task(router.stop(grace_s=15))
-                            await asyncio.sleep(0.1)
-                            assert not router.ready
-                            ready, _ = router.health()
-                            assert not ready  # not-ready first, while the stream goes on
-                assert stopping is not None
-                await stopping
+        chunks = await stream_and_stop(stack, 0.4, lambda: router.stop(grace_s=15),
+                                       not_ready_first)
         assert chunks[-1] == "data: [DONE]"
         assert len(chunks) >= 8  # role, 6 content pieces, finish, [DONE]
     finally:

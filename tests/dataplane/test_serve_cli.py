@@ -18,7 +18,6 @@ from pathlib import Path
 import httpx
 import pytest
 
-from extproc.localnet import free_port
 from extproc.simulated_backend import BackendSpec, SimulatedBackend
 from tests.dataplane.serve_support import ServeProcess, alive, serve_ports, write_config
 
@@ -31,18 +30,8 @@ def _listening(port: int) -> bool:
 
 
 async def test_serve_with_envoy_routes_and_stops_cleanly(tmp_path: Path) -> None:
-    ports = {k: free_port() for k in ("listener", "envoy_admin", "grpc", "admin", "backend")}
-    config = tmp_path / "router.yaml"
-    config.write_text(f"""
-listener: {{address: "127.0.0.1:{ports['listener']}", admin: "127.0.0.1:{ports['envoy_admin']}"}}
-router: {{grpc: "127.0.0.1:{ports['grpc']}", admin: "127.0.0.1:{ports['admin']}"}}
-providers:
-  defaults: {{model: general}}
-  models:
-    - name: general
-      provider_model_id: Qwen/Qwen3-0.6B
-      backend_refs: [{{name: sim-1, endpoint: "127.0.0.1:{ports['backend']}"}}]
-""")
+    ports = serve_ports()
+    config = write_config(tmp_path / "router.yaml", ports)
     backend = SimulatedBackend(BackendSpec("sim-1", ("Qwen/Qwen3-0.6B",), port=ports["backend"]))
     await backend.start()
     process = subprocess.Popen(
