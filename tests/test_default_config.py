@@ -61,6 +61,60 @@ def test_default_yaml_refuses_common_overrides_in_other_languages(
         assert outcome.decision == "jailbreak" and outcome.plugins.block is not None
 
 
+def _lexical_decision(text: str) -> str:
+    """The decision of the embedded defaults' keyword signals alone (no classifiers)."""
+    config = load_config(DEFAULT_YAML)
+    results = {s.name: s.evaluate(text) for s in config.signals
+               if isinstance(s, KeywordSpec) and s.text_source != "tools"}
+    return decide(config.decisions, results, "general").decision
+
+
+@pytest.mark.parametrize(("text", "decision"), [
+    # developers name a tool, framework or platform rather than a language
+    ("how can I center a div both horizontally and vertically", "code"),
+    ("my Godot engine scene flickers when the camera moves", "code"),
+    ("CORS error when my frontend calls the backend on another port", "code"),
+    ("store the JWT in localStorage or in a cookie?", "code"),
+    ("STM32 UART drops bytes at 115200 baud", "code"),
+    ("express middleware runs twice for every request", "code"),
+    # pasted code and errors without any of those names
+    ("why does this crash\nfor i in range(len(items)):\n    items.pop(i)\nIndexError: list index out of range", "code"),
+    ("Uncaught TypeError: cannot read properties of undefined", "code"),
+    ("what does main() return when it falls off the end", "code"),
+    ("run it with --no-cache-dir and it still fails", "code"),
+    ("from collections import Counter gives me a weird order", "code"),
+    ("user_scores[\"alice\"] is always empty", "code"),
+    # formulas and school problems
+    ("solve 3x + 5 = 20", "reasoning"),
+    ("what is 15% of 240?", "reasoning"),
+    ("what's 17 times 23", "reasoning"),
+    ("simplify x^2 + 2x + 1 over x + 1", "reasoning"),
+    ("evaluate ∫ x² dx from 0 to 3", "reasoning"),
+    ("1/2 + 3/4 = ?", "reasoning"),
+    ("find the hypotenuse of a right triangle with legs 5 and 12", "reasoning"),
+    ("a car accelerates from rest at 3 m/s for 10 seconds, how far does it go", "reasoning"),
+    # everyday words that only look like code or school maths stay general
+    ("Waiting for Godot: what is the play about?", "default"),
+    ("our store offers a wide array of dishes from the region", "default"),
+    ("how do I handle friction between two coworkers", "default"),
+    ("price is the main determinant of demand, right?", "default"),
+    ("we are on the same wavelength about this trip", "default"),
+    ("how many ways can I say thank you in Japanese", "default"),
+    ("the stock market was in free fall after the announcement", "default"),
+    ("my American Express app will not open on my phone", "default"),
+    ("please summarise acme_annual_report_2025.pdf for the board", "default"),
+    ("30% of Americans say they read the news daily; is that a lot?", "default"),
+    ("wind gusts of 90 km/h are forecast for tonight, should I bring the plants in", "default"),
+    ("the SCP Foundation stories are creepy, which one should I read first", "default"),
+    ("Zustand der Straße nach dem Sturm: was tun?", "default"),
+    ("réponds vite, quelle est la capitale du Canada ?", "default"),
+])
+def test_default_yaml_keywords_route_everyday_prompts(text: str, decision: str) -> None:
+    """The keyword lists route what people type without the classifiers' help, and stay off
+    the everyday senses of their words (each negative here once matched a draft list)."""
+    assert _lexical_decision(text) == decision
+
+
 def test_cli_validate_warns_about_an_unset_backend_key_variable(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -4,6 +4,7 @@ by chunk on a thread within the scan budget, so an 8 MiB prompt cannot hold the 
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import time
 
@@ -105,7 +106,7 @@ async def test_huge_digit_text_does_not_hold_the_event_loop() -> None:
         "providers:\n  defaults: {model: general}\n  models:\n"
         "    - {name: general, provider_model_id: m/g, backend_refs: [{name: a, endpoint: h:1}]}\n"
         "signals:\n" + "".join(
-            f"  - {{name: {s.name}, type: keyword, keywords: {list(s.keywords)!r}}}\n"
+            f"  - {json.dumps(s.model_dump(exclude_none=True), ensure_ascii=False)}\n"
             for s in config.source.signals if s.type == "keyword")
         + "decisions:\n  - {name: code, rules: {signal: code_keywords}, model: general}\n"
         + "  - {name: math, rules: {signal: math_keywords}, model: general}\n")
