@@ -12,7 +12,11 @@ general requests, jailbreaks and harmless look-alikes, PII and harmless numbers,
 and topic switches. The default keyword lists were extended after that audit (see
 bench/RESULTS.md), so their categories read somewhat optimistic there;
 `bench/data/everyday_prompts_heldout.jsonl` (166 prompts written afterwards, without seeing the
-lists) is the held-out check: never tune on it.
+lists) was the held-out check until its misses were published; the sets written blind since,
+`everyday_prompts_heldout2.jsonl` (300: code, reasoning, general, follow-ups),
+`guard_prompts_heldout2.jsonl` (130: jailbreaks, PII and their harmless look-alikes) and
+`reasoning_prompts_heldout.jsonl` (240: word problems against general prompts with numbers),
+are the held-out checks now: never tune on them.
 """
 
 from __future__ import annotations

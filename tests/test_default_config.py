@@ -12,7 +12,7 @@ from extproc.cli import main
 from extproc.config import load_config
 from extproc.decision import decide
 from extproc.openai_request import Endpoint, parse_request
-from extproc.signals.specs import KeywordSpec
+from extproc.signals.specs import ContextLengthSpec, KeywordSpec, estimate_tokens
 from tests.test_config import DEFAULT_YAML, MINIMAL
 
 
@@ -62,10 +62,13 @@ def test_default_yaml_refuses_common_overrides_in_other_languages(
 
 
 def _lexical_decision(text: str) -> str:
-    """The decision of the embedded defaults' keyword signals alone (no classifiers)."""
+    """The decision of the embedded defaults' keyword and length signals alone (no
+    classifiers)."""
     config = load_config(DEFAULT_YAML)
     results = {s.name: s.evaluate(text) for s in config.signals
                if isinstance(s, KeywordSpec) and s.text_source != "tools"}
+    results.update({s.name: s.evaluate(estimate_tokens(len(text))) for s in config.signals
+                    if isinstance(s, ContextLengthSpec)})
     return decide(config.decisions, results, "general").decision
 
 
@@ -93,7 +96,19 @@ def _lexical_decision(text: str) -> str:
     ("1/2 + 3/4 = ?", "reasoning"),
     ("find the hypotenuse of a right triangle with legs 5 and 12", "reasoning"),
     ("a car accelerates from rest at 3 m/s for 10 seconds, how far does it go", "reasoning"),
+    # a short request for a number about numbers, in any wording
+    ("we were 7 people and the bill was 243 dollars plus 18% tip, how much each", "reasoning"),
+    ("if i leave at 3:40 and the drive is 2 hours 35 minutes when do i arrive", "reasoning"),
+    ("a jacket is 120 after a 25 percent discount, what was the original price", "reasoning"),
+    ("Si un tren va a 90 km por hora, ¿cuántas horas tarda en recorrer 315 km?", "reasoning"),
+    ("一个长方形长8米宽5米，面积是多少？", "reasoning"),
+    ("roughly how many piano tuners are there in Chicago", "reasoning"),
     # everyday words that only look like code or school maths stay general
+    ("how long does it take to get a passport in 2026", "default"),
+    ("my rent went up 12% this year, how do I negotiate with my landlord", "default"),
+    ("how much protein should I eat a day", "default"),
+    ("here is our expense policy: " + "receipts over 25 euros within 30 days. " * 60
+     + "How many days do I have to submit?", "default"),
     ("Waiting for Godot: what is the play about?", "default"),
     ("our store offers a wide array of dishes from the region", "default"),
     ("how do I handle friction between two coworkers", "default"),
