@@ -283,6 +283,15 @@ def local_reply_config(config: RouterConfig) -> dict[str, Any]:
          "body_format_override": _openai_error(
              "the proxy could not parse the request (%RESPONSE_CODE_DETAILS%)",
              "invalid_request_error", "request_rejected")},
+        # A backend silent for listener.stream_idle_timeout_s: a retry would run the same
+        # long generation again, so the SDKs are told not to (they honour x-should-retry)
+        {"filter": _cel("response.code_details == 'stream_idle_timeout'"),
+         "headers_to_add": [{"header": {"key": "x-should-retry", "value": "false"},
+                             "append_action": "OVERWRITE_IF_EXISTS_OR_ADD"}],
+         "body_format_override": _openai_error(
+             f"the model sent nothing for {config.listener.stream_idle_timeout_s:g} s "
+             "(listener.stream_idle_timeout_s); stream the response or raise the limit",
+             "server_error", "timeout")},
         {"filter": _cel(f"{ours} && response.code >= 500"),
          "body_format_override": _openai_error(
              "the upstream is unavailable (%RESPONSE_CODE_DETAILS%)", "server_error",

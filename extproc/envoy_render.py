@@ -170,6 +170,8 @@ def listener(config: RouterConfig, secrets: Secrets | None = None) -> dict[str, 
                             "stat_prefix": LISTENER_NAME,
                             "codec_type": "AUTO",
                             "max_request_headers_kb": MAX_REQUEST_HEADERS_KB,
+                            "stream_idle_timeout":
+                                f"{config.listener.stream_idle_timeout_s:g}s",
                             "access_log": [
                                 {
                                     "name": "envoy.access_loggers.stdout",

@@ -122,6 +122,10 @@ class OpenAIRequest:
     """``messages`` as parsed, for plugins that edit them (system prompts)."""
     tool_names: tuple[str, ...] = ()
     """The names of the offered ``tools`` (chat and Responses): what a coding agent is."""
+    choices: int = 1
+    """``n`` where it is a valid count (1-128): a canned reply answers that many times."""
+    include_usage: bool = False
+    """``stream_options.include_usage``: a canned stream ends with a usage chunk."""
 
     @property
     def model_spans(self) -> tuple[tuple[int, int], ...]:
@@ -237,8 +241,12 @@ def parse_request(body: bytes, endpoint: Endpoint) -> OpenAIRequest:
     else:
         messages = ()
         prompt = prompt_text(fields.get("prompt"))
+    n = fields.get("n")
+    options = fields.get("stream_options")
     return OpenAIRequest(endpoint, model, bool(stream), messages, prompt, text, tuple(spans),
-                         raw_messages, tool_names(fields.get("tools")))
+                         raw_messages, tool_names(fields.get("tools")),
+                         n if type(n) is int and 1 <= n <= 128 else 1,
+                         isinstance(options, dict) and options.get("include_usage") is True)
 
 
 def _parse_top_level(text: str) -> tuple[dict[str, Any], list[tuple[str, int, int]]]:

@@ -30,31 +30,37 @@ def blocked_error(block: Block, decision: str) -> Blocked:
     return error
 
 
-def canned_reply(block: Block, request: OpenAIRequest, model: str) -> tuple[bytes, dict[str, str]]:
+def canned_reply(block: Block, request: OpenAIRequest) -> tuple[bytes, dict[str, str]]:
     """A 200 reply holding ``block.message`` as the assistant's answer, shaped like what the
-    client asked for (chat or completions, streamed or not)."""
+    client asked for (chat or completions, streamed or not, ``n`` choices, a usage chunk when
+    the stream asks for one), under the model name the client sent."""
     created = int(time.time())
     ident = f"blocked-{uuid.uuid4().hex[:24]}"
+    model = request.model
     if request.endpoint is Endpoint.RESPONSES:
         return _responses_reply(block.message, model, ident, created, request.stream)
     chat = request.endpoint is Endpoint.CHAT
-    if request.stream:
-        delta: dict[str, Any] = {"role": "assistant", "content": block.message}
-        choice = ({"index": 0, "delta": delta, "finish_reason": "content_filter"} if chat
-                  else {"index": 0, "text": block.message, "finish_reason": "content_filter"})
-        chunk = {"id": ident, "object": "chat.completion.chunk" if chat else "text_completion",
-                 "created": created, "model": model, "choices": [choice]}
-        body = f"data: {json.dumps(chunk)}\n\ndata: [DONE]\n\n".encode()
-        return body, {"content-type": "text/event-stream", "cache-control": "no-cache"}
-    if chat:
-        choice = {"index": 0, "finish_reason": "content_filter",
-                  "message": {"role": "assistant", "content": block.message}}
+    kind = ("chat.completion" if chat else "text_completion") + (
+        ".chunk" if chat and request.stream else "")
+    usage = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
+    if not chat:
+        answer: dict[str, Any] = {"text": block.message, "logprobs": None}
+    elif request.stream:
+        answer = {"delta": {"role": "assistant", "content": block.message}}
     else:
-        choice = {"index": 0, "finish_reason": "content_filter", "text": block.message}
-    payload = {"id": ident, "object": "chat.completion" if chat else "text_completion",
-               "created": created, "model": model, "choices": [choice],
-               "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}}
-    return json.dumps(payload).encode(), {"content-type": "application/json"}
+        answer = {"message": {"role": "assistant", "content": block.message}}
+    choices = [{"index": i, **answer, "finish_reason": "content_filter"}
+               for i in range(request.choices)]
+    payload: dict[str, Any] = {"id": ident, "object": kind, "created": created, "model": model,
+                               "choices": choices}
+    if not request.stream:
+        payload["usage"] = usage
+        return json.dumps(payload).encode(), {"content-type": "application/json"}
+    chunks = [payload]
+    if request.include_usage:
+        chunks.append({**payload, "choices": [], "usage": usage})
+    body = "".join(f"data: {json.dumps(chunk)}\n\n" for chunk in chunks) + "data: [DONE]\n\n"
+    return body.encode(), {"content-type": "text/event-stream", "cache-control": "no-cache"}
 
 
 def with_system_prompt(messages: tuple[Any, ...], prompt: SystemPrompt) -> list[Any]:

@@ -250,7 +250,7 @@ class StreamProcessor:
             if block.respond == "error":
                 raise blocked_error(block, route.decision)
             self.finished = True
-            body, headers = canned_reply(block, request, route.decision)
+            body, headers = canned_reply(block, request)
             headers[DECISION_HEADER] = route.decision
             return adapter.immediate_response(200, body, headers, IMMEDIATE_DETAILS)
         target = self._config.models[route.model]

@@ -24,15 +24,30 @@ def response_object(text: str, model: str, ident: str, created: int,
 
 
 def response_events(response: dict[str, Any], deltas: Iterable[str]) -> list[bytes]:
-    """``response.created``, one ``response.output_text.delta`` per piece, then
-    ``response.completed``, each as an SSE event with its sequence number."""
-    item_id = response["output"][0]["id"]
+    """The events OpenAI and vLLM stream for one output message, each as an SSE event with its
+    sequence number: ``response.created`` and ``.in_progress``, the message item and its text
+    part opened, one ``response.output_text.delta`` per piece, the text, part and item closed,
+    then ``response.completed``. The SDKs' stream helpers (``client.responses.stream()``)
+    need every one of them: a delta before its item was announced fails there."""
+    message = response["output"][0]
+    item_id = message["id"]
+    text = message["content"][0]["text"]
+    where = {"item_id": item_id, "output_index": 0, "content_index": 0}
+    opened = {**message, "status": "in_progress", "content": []}
+    part = {"type": "output_text", "annotations": []}
+    in_progress = {**response, "status": "in_progress", "output": [], "usage": None}
     events: list[tuple[str, dict[str, Any]]] = [
-        ("response.created", {"response": {**response, "status": "in_progress", "output": []}})]
-    events += [("response.output_text.delta", {"item_id": item_id, "output_index": 0,
-                                               "content_index": 0, "delta": piece})
-               for piece in deltas]
-    events.append(("response.completed", {"response": response}))
+        ("response.created", {"response": in_progress}),
+        ("response.in_progress", {"response": in_progress}),
+        ("response.output_item.added", {"output_index": 0, "item": opened}),
+        ("response.content_part.added", {**where, "part": {**part, "text": ""}}),
+        *(("response.output_text.delta", {**where, "delta": piece, "logprobs": []})
+          for piece in deltas),
+        ("response.output_text.done", {**where, "text": text, "logprobs": []}),
+        ("response.content_part.done", {**where, "part": {**part, "text": text}}),
+        ("response.output_item.done", {"output_index": 0, "item": message}),
+        ("response.completed", {"response": response}),
+    ]
     return [
         f"event: {kind}\ndata: {json.dumps({'type': kind, 'sequence_number': n, **data})}\n\n"
         .encode()

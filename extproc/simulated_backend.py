@@ -77,6 +77,8 @@ class BackendSpec:
     stream_delay_s: float = 0.02
     stream_chunks: int = 5
     record_probes: bool = True
+    reply_delay_s: float = 0.0
+    """Seconds a completion waits before its first byte (a long generation, not streamed)."""
 
 
 @dataclass(frozen=True)
@@ -255,6 +257,8 @@ class SimulatedBackend:
             return _error(
                 404, f"The model `{model}` does not exist.", "model", "model_not_found", headers
             )
+        if self.spec.reply_delay_s:
+            await asyncio.sleep(self.spec.reply_delay_s)
         text = f"[{self.spec.backend_id}] model={model} {REPLY_TEXT}"
         n_in = max(1, _word_count(body.get("messages" if chat else "prompt")))
         n_out = len(text.split())

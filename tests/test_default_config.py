@@ -81,7 +81,8 @@ def _lexical_decision(text: str) -> str:
     ("STM32 UART drops bytes at 115200 baud", "code"),
     ("express middleware runs twice for every request", "code"),
     # pasted code and errors without any of those names
-    ("why does this crash\nfor i in range(len(items)):\n    items.pop(i)\nIndexError: list index out of range", "code"),
+    ("why does this crash\nfor i in range(len(items)):\n    items.pop(i)\n"
+     "IndexError: list index out of range", "code"),
     ("Uncaught TypeError: cannot read properties of undefined", "code"),
     ("what does main() return when it falls off the end", "code"),
     ("run it with --no-cache-dir and it still fails", "code"),

@@ -20,6 +20,10 @@ DESCRIPTIONS: dict[str, str] = {
     "listener.admin": "Envoy's admin interface (`/stats`, `/config_dump`); read by `status`",
     "listener.max_request_bytes": "request body cap (default 8 MiB); Envoy's buffer is raised "
         "to match so the router answers 413 in JSON",
+    "listener.stream_idle_timeout_s": "a request whose backend sends nothing for this many "
+        "seconds gets a 504 `timeout` error with `x-should-retry: false` (Envoy's "
+        "`stream_idle_timeout`; its own default, 300 s, cuts long generations that are not "
+        "streamed); 0 = never",
     "listener.auth": "client API keys, checked by Envoy's `api_key_auth` filter on every "
         "request (see [Security](#security)); off when unset",
     "listener.auth.api_keys_file": "file of client keys: one per line, optionally "

@@ -108,6 +108,9 @@ class ListenerSettings(Strict):
     address: HostPort = "127.0.0.1:8899"
     admin: HostPort = "127.0.0.1:9901"
     max_request_bytes: int = Field(default=8 * 1024 * 1024, ge=1024, le=256 * 1024 * 1024)
+    # Envoy's stream_idle_timeout: a request whose backend sends nothing for this long gets
+    # a 504 (Envoy's default, 300 s, cut long non-streamed generations); 0 = never
+    stream_idle_timeout_s: float = Field(default=900.0, ge=0, le=86400)
     auth: AuthSettings | None = None
 
 

@@ -148,4 +148,33 @@ async def test_canned_reply_in_the_responses_api_shape(policy: Stack) -> None:
         if event.type == "response.output_text.delta":
             text += event.delta
     assert text == "I can't help with that."
+    # the SDK's stream helper checks the event sequence (an item before its text)
+    async with client.responses.stream(model="auto", input="forbidden-topic again") as stream:
+        kinds = [event.type async for event in stream]
+        final = await stream.get_final_response()
+    assert final.output_text == "I can't help with that."
+    assert kinds[:4] == ["response.created", "response.in_progress",
+                         "response.output_item.added", "response.content_part.added"]
+    assert kinds[-4:] == ["response.output_text.done", "response.content_part.done",
+                          "response.output_item.done", "response.completed"]
+    await client.close()
+
+
+async def test_canned_chat_reply_answers_n_times_with_usage(policy: Stack) -> None:
+    """What the SDKs and LangChain read: ``n`` choices, the usage chunk a stream asked for,
+    and the model name the client sent."""
+    client = openai.AsyncOpenAI(base_url=policy.base_url + "/v1", api_key="sk", max_retries=0)
+    reply = await client.chat.completions.create(
+        model="auto", n=2, messages=[{"role": "user", "content": "forbidden-topic"}])
+    assert [c.index for c in reply.choices] == [0, 1] and reply.model == "auto"
+    assert {c.message.content for c in reply.choices} == {"I can't help with that."}
+    chunks = [chunk async for chunk in await client.chat.completions.create(
+        model="auto", n=2, stream=True, stream_options={"include_usage": True},
+        messages=[{"role": "user", "content": "forbidden-topic"}])]
+    assert sorted(c.index for c in chunks[0].choices) == [0, 1]
+    assert chunks[-1].choices == [] and chunks[-1].usage is not None
+    assert chunks[-1].usage.total_tokens == 0
+    plain = [chunk async for chunk in await client.chat.completions.create(
+        model="auto", stream=True, messages=[{"role": "user", "content": "forbidden-topic"}])]
+    assert all(chunk.usage is None for chunk in plain) and len(plain[0].choices) == 1
     await client.close()

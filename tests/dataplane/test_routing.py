@@ -267,6 +267,11 @@ async def test_responses_api_through_the_sdk(stack: Stack) -> None:
         if event.type == "response.output_text.delta":
             text += event.delta
     assert text.startswith("[reasoning-1] model=Qwen/Qwen3-8B")
+    async with client.responses.stream(model="auto", input="integral of x cubed") as helper:
+        async for _ in helper:
+            pass
+        final = await helper.get_final_response()
+    assert final.output_text.startswith("[reasoning-1] model=Qwen/Qwen3-8B")
     bad = await post(stack, {"model": "auto", "input": 7}, path="/v1/responses")
     assert bad.status_code == 400
     assert bad.json()["error"]["param"] == "input"
