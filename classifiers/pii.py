@@ -236,13 +236,20 @@ class PiiDetector:
                 candidates.append(
                     self._finding(entity, found.start, found.end, found.score, context)
                 )
-        if "US_SSN" in self.entity_types:  # placeholders Presidio drops, when disclosed
-            for start, end in ssn.disclosed_placeholders(text):
-                candidates.append(self._finding("US_SSN", start, end, ssn.SCORE, False))
+        if "US_SSN" in self.entity_types:
+            candidates += self._labelled_ssns(text)
         if gate:  # dialled shapes libphonenumber rejects, bare runs next to a phone word
             for start, end, score, context in phones.find_phones(text, lowered):
                 candidates.append(self._finding("PHONE_NUMBER", start, end, score, context))
         return [c for c in candidates if c.score >= self.min_score]
+
+    def _labelled_ssns(self, text: str) -> list[PiiFinding]:
+        """Placeholders Presidio drops, when disclosed as someone's number; with the policy,
+        also a bare nine-digit run right after "SSN" (``classifiers.ssn``)."""
+        spans = list(ssn.disclosed_placeholders(text))
+        if self._policy:
+            spans += ssn.labelled_bare_numbers(text)
+        return [self._finding("US_SSN", start, end, ssn.SCORE, False) for start, end in spans]
 
     @staticmethod
     def _finding(entity_type: str, start: int, end: int, score: float, context: bool) -> PiiFinding:

@@ -77,6 +77,26 @@ def test_ssn_shapes_with_spaces_or_dots_need_an_ssn_word() -> None:
     assert found("id 512-48-2210") == [("US_SSN", "512-48-2210")]  # the dashed form as before
 
 
+@pytest.mark.parametrize(("text", "ssn"), [
+    ("format this row: John Park, SSN 071114336, start date 2025-01-06", "071114336"),
+    ("social security no. 512482210 for the form", "512482210"),
+    ("Patient SSN: 512482210", "512482210"),
+    ("ssn#512482210", "512482210"),
+])
+def test_a_bare_nine_digit_run_labelled_ssn_is_found(text: str, ssn: str) -> None:
+    assert found(text) == [("US_SSN", ssn)]
+
+
+@pytest.mark.parametrize("text", [
+    "order 512482210 shipped; the SSN field stays empty",   # the word, but not its label
+    "SSN 000482210 is not a number the SSA issues",
+    "routing number 512482210",
+    "SSN 5124822101 has ten digits",
+])
+def test_other_nine_digit_runs_are_not_ssns(text: str) -> None:
+    assert [t for t, _ in found(text)] == []
+
+
 @pytest.mark.parametrize("key", [
     "sk_test_xxxxxxxxxxxxxxxxxxxxxxxx",
     "ghp_XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX",
