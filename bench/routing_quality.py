@@ -14,7 +14,9 @@ bench/RESULTS.md), so their categories read somewhat optimistic there;
 `bench/data/everyday_prompts_heldout.jsonl` (166 prompts written afterwards, without seeing the
 lists) was the held-out check until its misses were published; the sets written blind since,
 `everyday_prompts_heldout2.jsonl` (300: code, reasoning, general, follow-ups),
-`guard_prompts_heldout2.jsonl` (130: jailbreaks, PII and their harmless look-alikes) and
+`guard_prompts_heldout2.jsonl` (130: jailbreaks, PII and their harmless look-alikes; its
+jailbreak and SSN misses have since been read), `guard_prompts_heldout3.jsonl` (150, the same
+kinds, written later) and
 `reasoning_prompts_heldout.jsonl` (240: word problems against general prompts with numbers),
 are the held-out checks now: never tune on them.
 """

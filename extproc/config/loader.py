@@ -52,6 +52,7 @@ from extproc.signals.specs import (
     LearnedSpec,
     PiiSpec,
     SignalSpec,
+    casefold_safe,
     compile_keywords,
 )
 
@@ -225,6 +226,8 @@ def _signals(parsed: RouterFile, errors: list[str]) -> list[SignalSpec]:
             continue
         seen.add(signal.name)
         if isinstance(signal, KeywordSignal):
+            fold = not signal.case_sensitive and casefold_safe(signal.keywords,
+                                                               regex=signal.regex)
             try:
                 patterns = compile_keywords(
                     signal.keywords,
@@ -232,12 +235,13 @@ def _signals(parsed: RouterFile, errors: list[str]) -> list[SignalSpec]:
                     case_sensitive=signal.case_sensitive,
                     word_boundary=signal.word_boundary,
                     match_all=signal.match == "all",
+                    fold=fold,
                 )
             except re.error as err:
                 errors.append(f"{path}.keywords: invalid regular expression: {err}")
                 continue
             specs.append(KeywordSpec(signal.name, signal.on_error, patterns,
-                                     signal.match == "all", signal.text_source))
+                                     signal.match == "all", signal.text_source, fold))
         elif isinstance(signal, ContextLengthSignal):
             specs.append(
                 ContextLengthSpec(
