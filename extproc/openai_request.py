@@ -17,6 +17,7 @@ from enum import Enum
 from types import MappingProxyType
 from typing import Any
 
+from extproc.confusables import readable
 from extproc.errors import BadRequest
 from extproc.names import CHAT_COMPLETIONS_PATH, COMPLETIONS_PATH, RESPONSES_PATH
 from extproc.openai_content import call_text, content_text, item_text, prompt_text, tool_names
@@ -133,8 +134,9 @@ class OpenAIRequest:
 
     def classifier_text(self, source: TextSource) -> str:
         """The text the classifiers see (completions have only their prompt); lone
-        surrogates become U+FFFD, so every classifier can encode it."""
-        text = self._source_text(source)
+        surrogates become U+FFFD, so every classifier can encode it, and hostile spellings
+        (look-alike letters, invisible characters: ``extproc.confusables``) read as meant."""
+        text = readable(self._source_text(source))
         if _LONE_SURROGATE.search(text) is None:
             return text
         return _LONE_SURROGATE.sub("\ufffd", text)
