@@ -23,6 +23,7 @@ from classifiers.api import ClassifierError, ClassifierTimeout, Overloaded, Sign
 from classifiers.scan import ScanBudget
 from extproc.decision import SignalResult
 from extproc.errors import ServiceUnavailable
+from extproc.opaque_tokens import mask_opaque
 from extproc.signals.specs import (
     KEYWORD_INLINE_CHARS,
     ContextLengthSpec,
@@ -276,7 +277,32 @@ class SignalEvaluator:
             results[spec.name] = SignalResult(spec.name, score.matched, score.score, score.label)
             if self._on_windows is not None:
                 self._on_windows(spec.name, score.windows)
+        await self._recheck_opaque(text, specs, results, timeout_s)
         return results
+
+    async def _recheck_opaque(
+        self, text: str, specs: Sequence[LearnedSpec], results: dict[str, SignalResult],
+        timeout_s: float | None,
+    ) -> None:
+        """A jailbreak match on a text holding UUIDs, hashes, JWTs or base64 blobs stands only
+        if the text with those tokens read as "ID" still matches (``extproc.opaque_tokens``).
+        A second pass that cannot be had keeps the first result: the request stays refused."""
+        matched = frozenset(s.name for s in specs if s.kind == "jailbreak"
+                            and results[s.name].matched and results[s.name].error is None)
+        if not matched:
+            return
+        masked = mask_opaque(text)
+        if masked is text:
+            return
+        assert self._engine is not None
+        try:
+            again = await self._engine.evaluate(masked, matched, timeout_s)
+        except (Overloaded, ClassifierTimeout, ClassifierError):
+            return
+        for name in matched:
+            score = again.get(name)
+            if score is not None and not score.matched:
+                results[name] = SignalResult(name, False, score.score, score.label)
 
     def _failed(
         self, kind: str,
