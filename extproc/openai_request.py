@@ -53,6 +53,28 @@ class TextSource(Enum):
 # loop), while "ok. who won the 1998 world cup?" stands alone. At most RECENT_MAX_MESSAGES.
 RECENT_MIN_CHARS = 32
 RECENT_MAX_MESSAGES = 8
+# A longer last turn that points back at what came before ("can you make it handle empty
+# files too", "why does that line need a lock?") is read with the turns before it as well,
+# unless it says it changes the subject; up to RECENT_REFERS_MAX_CHARS.
+RECENT_REFERS_MAX_CHARS = 240
+_REFERS_BACK = re.compile(
+    r"\b(?:(?:make|do|fix|run|rewrite|explain|simplify|try|test|optimi[sz]e|convert|translate"
+    r"|refactor|extend|change|modify|update|finish|continue|redo|solve|prove|check|verify|plot"
+    r"|shorten|speed up)\s+(?:it|that|this|them|those|these)"
+    r"|(?:why|how)\s+(?:is|does|did|was|would|do|can)\s+(?:that|this|it)"
+    r"|(?:that|this)\s+(?:one|part|line|step|bit|function|code|answer|result|formula|equation"
+    r"|error|approach|version|method|solution|loop|query|proof|example)"
+    r"|the\s+(?:same|above|code|function|script|query|solution|formula|equation|proof|error"
+    r"|output|last one|other one)"
+    r"|instead|as well|what about|how about|what if|and if)\b",
+    re.IGNORECASE,
+)
+_NEW_SUBJECT = re.compile(
+    r"\b(?:unrelated|different (?:question|topic|subject|note)|new (?:question|topic)"
+    r"|another question|change of subject|switching gears|by the way|btw|off[- ]topic"
+    r"|side question|random question|totally different|something else)\b",
+    re.IGNORECASE,
+)
 
 
 _MAX_INT_DIGITS = 4000  # below Python's own 4300-digit guard, whose message names sys.*
@@ -163,14 +185,16 @@ class OpenAIRequest:
 
     def _recent_user_text(self) -> str:
         """The last user message, preceded by earlier user messages while the text is
-        shorter than ``RECENT_MIN_CHARS`` (at most ``RECENT_MAX_MESSAGES`` messages)."""
+        shorter than ``RECENT_MIN_CHARS`` (at most ``RECENT_MAX_MESSAGES`` messages); a last
+        message that refers back (``_REFERS_BACK``, no ``_NEW_SUBJECT``) counts as empty."""
         turns: list[str] = []
         length = 0
         for message in reversed(self.messages):
             if message.role != "user":
                 continue
             turns.append(message.text)
-            length += len(message.text.strip())
+            length += 0 if len(turns) == 1 and _refers_back(message.text) else len(
+                message.text.strip())
             if length >= RECENT_MIN_CHARS or len(turns) == RECENT_MAX_MESSAGES:
                 break
         if not turns:
@@ -213,6 +237,11 @@ def _json_text(value: Any) -> str:
         return text if _LONE_SURROGATE.search(text) is None else _encode_str_ascii(value)
     text = json.dumps(value, ensure_ascii=False)
     return text if _LONE_SURROGATE.search(text) is None else json.dumps(value)
+
+
+def _refers_back(text: str) -> bool:
+    return (RECENT_MIN_CHARS <= len(text) <= RECENT_REFERS_MAX_CHARS
+            and _REFERS_BACK.search(text) is not None and _NEW_SUBJECT.search(text) is None)
 
 
 def parse_request(body: bytes, endpoint: Endpoint) -> OpenAIRequest:

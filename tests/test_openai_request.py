@@ -102,6 +102,26 @@ def test_recent_user_reads_earlier_turns_only_for_a_short_last_turn(
     assert parse_request(chat(*turns), CHAT).classifier_text(TextSource.RECENT_USER) == expected
 
 
+@pytest.mark.parametrize(("last", "reads_back"), [
+    ("ok can you make it handle the case where the file is empty too", True),
+    ("why does that happen even when I wrap the handler in a memo?", True),
+    ("and what if I roll three dice instead of two, what changes", True),
+    ("I don't get the step where you square both sides, explain that step", True),
+    # a new subject, or nothing pointing back
+    ("thanks! totally unrelated but what should I cook tonight with salmon", False),
+    ("by the way, is it worth visiting Iceland in winter? how cold does it get", False),
+    ("Now write a short poem about autumn leaves falling.", False),
+    ("is it going to be cold in Berlin next week, should I pack a coat", False),
+])
+def test_recent_user_reads_back_from_a_longer_turn_that_points_back(
+    last: str, reads_back: bool,
+) -> None:
+    raw = chat("write a python function that reads a csv file", "Here it is.", last)
+    text = parse_request(raw, CHAT).classifier_text(TextSource.RECENT_USER)
+    assert text == ("write a python function that reads a csv file\n" + last if reads_back
+                    else last)
+
+
 def test_recent_user_stops_once_the_text_is_long_enough() -> None:
     long_turn = "x" * RECENT_MIN_CHARS
     raw = chat("oldest question", "a", long_turn, "b", "why?")

@@ -45,7 +45,9 @@ DESCRIPTIONS: dict[str, str] = {
     "router.text_source": "what the classifiers read: the last user message; the last user "
         "message with the user messages before it when it is short (`recent_user`: earlier "
         "user messages until 32 characters, at most 8 messages, so 'why?' and an agent's 'yes' "
-        "keep the conversation's topic); all user "
+        "keep the conversation's topic; also for a last message of up to 240 characters that "
+        "points back, 'can you make it handle empty files', unless it changes the subject); "
+        "all user "
         "messages; or the whole conversation",
     "router.on_overload": "when the classifier queue is full: route to the default model and "
         "count it (`default`), or answer 429 (`reject`)",
