@@ -160,3 +160,20 @@ def test_folded_keyword_lists_read_text_as_ignorecase_does(text: str) -> None:
                                  match_all=source.match == "all")
         expected = all(p.search(text) for p in plain)
         assert spec.evaluate(text).matched is expected, (spec.name, text)
+
+
+@pytest.mark.parametrize("piece", [
+    "\n", "ab_", "1" + " " * 60_000, "1x" + " " * 60_000, "_ab" + " " * 60_000, "a1", "--a",
+    "1.", "x^", "ignore ", "make a ", "the ", "aе", "\"sure, here is ",
+])
+def test_default_keyword_signals_read_hostile_text_in_linear_time(piece: str) -> None:
+    """No regex of the embedded defaults backtracks on 60,000 characters of one shape (drafts
+    took 11 s on "ab_ab_..." and 36 s on newlines, against ~0.03 s for any of these now): a
+    hang guard with a wide margin, not a speed target."""
+    text = (piece * (60_000 // len(piece) + 1))[:60_000]
+    config = load_config("config/default.yaml")
+    for spec in config.signals:
+        if isinstance(spec, KeywordSpec):
+            started = time.perf_counter()
+            spec.evaluate(text)
+            assert time.perf_counter() - started < 2.0, (spec.name, piece[:8])

@@ -15,7 +15,7 @@ from classifiers.scan import ScanBudget, windows
 from extproc.decision import SignalResult
 
 # Keyword signals read texts longer than this in budgeted chunks on a thread (KeywordSpec.scan)
-KEYWORD_INLINE_CHARS = 64 * 1024
+KEYWORD_INLINE_CHARS = 16 * 1024  # the embedded defaults' lists read ~1 µs a character
 # Their chunks: small, as a search holds the interpreter for a whole chunk (an 8 KiB chunk of
 # digit groups takes the default code keywords about 5 ms), overlapping by more than any
 # keyword's length (config: at most 512 characters)
