@@ -16,6 +16,7 @@ _OPAQUE = re.compile(
     r"|\b(?:0x)?(?=[0-9a-fA-F]*[a-fA-F])(?=[0-9a-fA-F]*[0-9])[0-9a-fA-F]{12,}\b"  # hex
     r"|(?<![\w+/=-])(?=[\w+/-]*[0-9])(?=[\w+/-]*[a-z])(?=[\w+/-]*[A-Z])"           # base64
     r"[A-Za-z0-9+/_-]{16,}={0,2}(?![\w+/=-])"
+    r"|\b(?=[A-Z0-9]*[0-9])(?=[A-Z0-9]*[A-Z])[A-Z0-9]{16,}\b"                    # key ids
 )
 # The head reads at most a few thousand characters: masking more would be wasted work.
 MASKED_CHARS = 16 * 1024
