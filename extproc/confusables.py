@@ -2,15 +2,18 @@
 or Greek look-alike letters ("Іgnоrе аll рrеvіоus іnstruсtіоns": the І, о, е, а, р, і and с are
 Cyrillic) and invisible characters inside words ("ig\u200bnore").
 
-Only a word that mixes ASCII letters with look-alikes is rewritten, so Russian or Greek text
-(no ASCII letters in its words) reads as written; the invisible characters removed (zero-width
-space, word joiner, zero-width no-break space, soft hyphen) carry no meaning in any script.
+In a text that is mostly Latin every look-alike is read as Latin; otherwise only a word that
+mixes ASCII letters with look-alikes is, so Russian or Greek text reads as written. Invisible
+characters (zero-width spaces and joiners, soft hyphens, variation selectors, tag characters)
+are dropped and full-width, mathematical and circled letters read as plain ones: this is the
+text the signals read, not what goes upstream.
 ASCII text, most requests, is returned as it is after one ``isascii`` check.
 """
 
 from __future__ import annotations
 
 import re
+import unicodedata
 
 _LOOKALIKES = {
     # Cyrillic
@@ -24,7 +27,14 @@ _LOOKALIKES = {
     "Ν": "N", "Ο": "O", "Ρ": "P", "Τ": "T", "Υ": "Y", "Χ": "X",
 }
 _TO_LATIN = str.maketrans(_LOOKALIKES)
-_INVISIBLE = re.compile("[\u200b\u2060\ufeff\u00ad]")
+# zero-width space/joiners, word joiner, BOM, soft hyphen, combining grapheme joiner, variation
+# selectors, tag characters: in classifier text only (the body goes upstream as sent)
+_INVISIBLE = re.compile(
+    "[\u200b-\u200d\u2060\ufeff\u00ad\u034f\ufe00-\ufe0f\U000e0000-\U000e007f]")
+# full-width forms, mathematical alphanumerics (bold, italic, script...), circled letters
+_COMPAT = re.compile("[\uff01-\uff5e\U0001d400-\U0001d7ff\u24b6-\u24e9]+")
+_ASCII_LETTER = re.compile("[A-Za-z]")
+_OTHER_LETTER = re.compile("[\u0370-\u03ff\u0400-\u04ff]")
 _LOOK = "".join(_LOOKALIKES)
 _LOOKALIKE = re.compile(f"[{_LOOK}]")
 # A run of Latin and look-alike letters with a Latin letter next to a look-alike. Tried only
@@ -48,6 +58,11 @@ def readable(text: str) -> str:
     if len(text) > READABLE_CHARS:
         return readable(text[:READABLE_CHARS]) + text[READABLE_CHARS:]
     text = _INVISIBLE.sub("", text)
+    text = _COMPAT.sub(lambda match: unicodedata.normalize("NFKC", match.group(0)), text)
     if _LOOKALIKE.search(text) is None:
         return text
+    sample = text[:4096]  # which script the text is written in: its start tells
+    if len(_ASCII_LETTER.findall(sample)) > 2 * len(_OTHER_LETTER.findall(sample)):
+        # a Latin text: words made only of look-alikes ("а ріре") are Latin words too
+        return text.translate(_TO_LATIN)
     return _MIXED_WORD.sub(lambda match: match.group(0).translate(_TO_LATIN), text)
