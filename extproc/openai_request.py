@@ -12,7 +12,7 @@ import json.encoder
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from types import MappingProxyType
 from typing import Any
@@ -149,6 +149,8 @@ class OpenAIRequest:
     """``n`` where it is a valid count (1-128): a canned reply answers that many times."""
     include_usage: bool = False
     """``stream_options.include_usage``: a canned stream ends with a usage chunk."""
+    _texts: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
+    """``classifier_text`` of each distinct non-ASCII source text, computed once."""
 
     @property
     def model_spans(self) -> tuple[tuple[int, int], ...]:
@@ -158,10 +160,17 @@ class OpenAIRequest:
         """The text the classifiers see (completions have only their prompt); lone
         surrogates become U+FFFD, so every classifier can encode it, and hostile spellings
         (look-alike letters, invisible characters: ``extproc.confusables``) read as meant."""
-        text = readable(self._source_text(source))
-        if _LONE_SURROGATE.search(text) is None:
-            return text
-        return _LONE_SURROGATE.sub("\ufffd", text)
+        raw = self._source_text(source)
+        if raw.isascii():  # most requests: no look-alikes, no surrogates
+            return raw
+        cached = self._texts.get(raw)  # sources often read the same text (one user message)
+        if cached is not None:
+            return cached
+        text = readable(raw)
+        if _LONE_SURROGATE.search(text) is not None:
+            text = _LONE_SURROGATE.sub("\ufffd", text)
+        self._texts[raw] = text
+        return text
 
     def classifier_text_for(self, source: str) -> str:
         """``classifier_text`` by the source's config name (a signal's ``text_source``)."""
