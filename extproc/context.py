@@ -6,15 +6,18 @@ and keep it, so a reload never changes a request half-way.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from extproc.config import RouterConfig
 from extproc.decision import CompiledDecision, Outcome, SignalResult, decide, signals_of
 from extproc.envoy_adapter import BodyTemplate
+from extproc.errors import TooManyRequests
 from extproc.metrics import RouterMetrics
 from extproc.openai_request import ENDPOINTS, Endpoint, TextSource
 from extproc.security import backend_auth
@@ -36,6 +39,10 @@ class RouterState:
         default_factory=dict, repr=False, compare=False)
     """Routed body answers but for their bodies, by route (filled by the processor; they
     hold this config's clusters, decisions and credentials, so they live and go with it)."""
+
+    large_bodies: asyncio.Semaphore = field(
+        default_factory=lambda: asyncio.Semaphore(1), repr=False, compare=False)
+    """One body over ``LARGE_BODY_BYTES`` is read and classified at a time (``large_body_slot``)."""
 
     guard: SignalEvaluator | None = None
     """The signals of the blocking decisions, for requests naming a model
@@ -116,3 +123,28 @@ def build_state(
             {name: json.dumps(obj).encode() for name, obj in retrievable.items()}
         ),
     )
+
+
+# Reading a body of several MiB (JSON, the signals' scans on threads) holds the interpreter for
+# up to a second or two; several at once starved every other request into Envoy's 504. One at
+# a time, the next waits up to LARGE_BODY_WAIT_S, then gets 429 with retry-after.
+LARGE_BODY_BYTES = 1024 * 1024
+LARGE_BODY_WAIT_S = 2.0
+
+
+@contextlib.asynccontextmanager
+async def large_body_slot(state: RouterState, size: int) -> AsyncIterator[None]:
+    """Hold the router's one slot for large bodies while a body of ``size`` bytes is routed."""
+    if size <= LARGE_BODY_BYTES:
+        yield
+        return
+    try:
+        async with asyncio.timeout(LARGE_BODY_WAIT_S):
+            await state.large_bodies.acquire()
+    except TimeoutError:
+        raise TooManyRequests(
+            "another request of several megabytes is being read; retry shortly") from None
+    try:
+        yield
+    finally:
+        state.large_bodies.release()

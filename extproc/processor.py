@@ -17,7 +17,7 @@ from urllib.parse import unquote
 from classifiers.api import Overloaded
 from extproc import envoy_adapter as adapter
 from extproc.config.runtime import ModelTarget
-from extproc.context import RouterState
+from extproc.context import RouterState, large_body_slot
 from extproc.decision import NO_PLUGINS, DecisionPlugins, SignalResult
 from extproc.envoy_adapter import Mutations, Phase, RequestMessage
 from extproc.errors import (
@@ -226,6 +226,11 @@ class StreamProcessor:
             return adapter.continue_response(Phase.REQUEST_BODY)
         if len(message.body) > self._config.listener.max_request_bytes:
             raise self._too_large()
+        async with large_body_slot(self._state, len(message.body)):
+            return await self._routed_body(message)
+
+    async def _routed_body(self, message: RequestMessage) -> bytes:
+        assert self._endpoint is not None
         started = time.perf_counter()
         request = parse_request(message.body, self._endpoint)
         parsed = time.perf_counter()
