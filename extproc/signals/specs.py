@@ -37,13 +37,11 @@ class KeywordSpec:
     def evaluate(self, text: str) -> SignalResult:
         if self.fold:
             text = fold_case(text)
-        if self.match_all:
-            hits = [p.search(text) for p in self.patterns]
-            matched = all(hits)
-            first = hits[0] if matched else None
-        else:
-            first = self.patterns[0].search(text)
-            matched = first is not None
+        first = self.patterns[0].search(text)
+        # match all: the others are searched only while every one matches
+        if (first is not None and self.match_all
+                and not all(p.search(text) for p in self.patterns[1:])):
+            first = None
         return _keyword_result(self.name, first.group(0) if first is not None else None)
 
     def scan(self, text: str, budget: ScanBudget | None) -> SignalResult:
