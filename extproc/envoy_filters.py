@@ -2,11 +2,13 @@
 api_key_auth filter (client keys inline: see ``extproc.security``), a Lua filter that sets the
 default cluster and drops client-sent routing headers, the ext_proc filter, with fail-open a
 second Lua filter that maps model names while the router is unreachable, and the local-reply
-mapping that gives Envoy's own errors the OpenAI error shape."""
+mapping that gives Envoy's own errors the OpenAI error shape (with the client-side timeouts it
+names, ``DownstreamTimeouts``)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from extproc.config import RouterConfig
@@ -27,6 +29,25 @@ ROUTE_FROM_METADATA_FILTER = "semantic_router.route_from_metadata"
 # response_code_details of Envoy's api_key_auth filter (verified on Envoy 1.40)
 AUTH_DETAILS = {"missing_api_key": "missing API key; send 'Authorization: Bearer <key>'",
                 "unknown_api_key": "incorrect API key provided"}
+
+
+@dataclass(frozen=True)
+class DownstreamTimeouts:
+    """How long a client may take to send its request (Envoy's defaults: no limit, so a client
+    trickling its headers held a stream until ``stream_idle_timeout``).
+
+    ``headers_s`` (``request_headers_timeout``): from the request's first byte to the end of its
+    headers. ``request_s`` (``request_timeout``): from the first byte until the whole request
+    has passed the filters (body upload plus the router's decision), disarmed as soon as that
+    happens or a response starts, so it never cuts a long generation or an SSE stream; 300 s
+    is Envoy's edge-proxy recommendation and leaves 8 MiB a 256 kbit/s uplink. Both answer 408
+    in the OpenAI error shape. 0 = no limit."""
+
+    headers_s: float = 10.0
+    request_s: float = 300.0
+
+
+DEFAULT_TIMEOUTS = DownstreamTimeouts()
 
 
 def _lua(code: str) -> dict[str, Any]:
@@ -247,7 +268,16 @@ def _openai_error(message: str, error_type: str, code: str | None) -> dict[str, 
                                       "code": code}}}
 
 
-def local_reply_config(config: RouterConfig) -> dict[str, Any]:
+def _request_timeout_message(timeouts: DownstreamTimeouts) -> str:
+    limits = [f"{part} within {seconds:g} s" for part, seconds in
+              (("its headers", timeouts.headers_s), ("all of it", timeouts.request_s))
+              if seconds]
+    return ("the request was not received in time (%RESPONSE_CODE_DETAILS%)"
+            + ("; send " + " and ".join(limits) if limits else ""))
+
+
+def local_reply_config(config: RouterConfig,
+                       timeouts: DownstreamTimeouts = DEFAULT_TIMEOUTS) -> dict[str, Any]:
     """Envoy's own local replies (413 from its buffer, 4xx for requests it refuses to parse,
     5xx when a backend or the router is unreachable) get the OpenAI error shape too. The
     router's replies carry the details ``IMMEDIATE_DETAILS`` and are left as they are.
@@ -276,6 +306,11 @@ def local_reply_config(config: RouterConfig) -> dict[str, Any]:
          "body_format_override": _openai_error(
              "the semantic router is unavailable; retry shortly", "server_error",
              "router_unavailable")},
+        # A client too slow to send its request (request_header_timeout,
+        # request_overall_timeout): a slow upload, or a connection held open on purpose
+        {"filter": _cel(f"{ours} && response.code == 408"),
+         "body_format_override": _openai_error(
+             _request_timeout_message(timeouts), "invalid_request_error", "request_timeout")},
         # A request Envoy's codec cannot take (`transfer-encoding: gzip, chunked`): 501 in
         # HTTP terms, but the client's mistake, so a 400 like any malformed request.
         {"filter": _cel(f"{ours} && response.code == 501"),

@@ -6,7 +6,9 @@ and the buffered body, the body response re-routes via ``cluster_header`` + clea
 the ext_proc cluster speaks HTTP/2, SSE routes have no timeout, a Lua filter before ext_proc
 sets the default cluster and overwrites any client-sent cluster header (so fail-open cannot
 let clients pick a backend), and per-decision stats come from virtual clusters keyed on the
-decision header, which is stripped before requests reach a backend.
+decision header, which is stripped before requests reach a backend (as is ``expect``).
+The listener takes HTTP/1.0 (nginx's default upstream protocol) and bounds how long a client
+may take to send its request (``DownstreamTimeouts``), never how long the answer takes.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from extproc.config import RouterConfig
 from extproc.config.runtime import split_host_port
 from extproc.envoy_clusters import EXTPROC_CLUSTER, clusters, socket_address
 from extproc.envoy_filters import (
+    DEFAULT_TIMEOUTS,
+    DownstreamTimeouts,
     http_filters,
     local_reply_config,
     one_message_override,
@@ -36,7 +40,8 @@ from extproc.names import (
 from extproc.openai_request import ENDPOINTS
 from extproc.security import Secrets, envoy_secrets
 
-__all__ = ["EXTPROC_CLUSTER", "LISTENER_NAME", "bootstrap", "fragment", "to_yaml"]
+__all__ = ["EXTPROC_CLUSTER", "LISTENER_NAME", "DownstreamTimeouts", "bootstrap", "fragment",
+           "to_yaml"]
 
 LISTENER_NAME = "semantic_router"
 _PREVIOUS_HOSTS = ("type.googleapis.com/envoy.extensions.retry.host.previous_hosts.v3."
@@ -51,6 +56,12 @@ _HTTP2_OPTIONS = {
 # The whole request must fit Envoy's buffer, plus headroom so our 413 (JSON) answers
 # before Envoy's own plain-text one.
 _BUFFER_HEADROOM = 64 * 1024
+# HTTP/1.0 requests need not carry a Host; this one is used instead (every domain matches).
+# nginx proxies with HTTP/1.0 unless told otherwise (`proxy_http_version`).
+HTTP10_DEFAULT_HOST = "semantic-router"
+# Never forwarded: Envoy answers `Expect: 100-continue` itself before routing; any other
+# expectation would reach the backend, whose plain-text 417 the client would get.
+EXPECT_HEADER = "expect"
 _STDOUT_LOG_TYPE = (
     "type.googleapis.com/envoy.extensions.access_loggers.stream.v3.StdoutAccessLog"
 )
@@ -143,7 +154,7 @@ def virtual_host(config: RouterConfig) -> dict[str, Any]:
             }
             for name in decisions
         ],
-        "request_headers_to_remove": [DECISION_HEADER],
+        "request_headers_to_remove": [DECISION_HEADER, EXPECT_HEADER],
         "response_headers_to_add": [
             {"header": {"key": name, "value": f"%DYNAMIC_METADATA({METADATA_NAMESPACE}:{key})%"},
              "append_action": "OVERWRITE_IF_EXISTS_OR_ADD"}
@@ -153,7 +164,8 @@ def virtual_host(config: RouterConfig) -> dict[str, Any]:
     }
 
 
-def listener(config: RouterConfig, secrets: Secrets | None = None) -> dict[str, Any]:
+def listener(config: RouterConfig, secrets: Secrets | None = None,
+             timeouts: DownstreamTimeouts = DEFAULT_TIMEOUTS) -> dict[str, Any]:
     host, port = split_host_port(config.listener.address)
     return {
         "name": LISTENER_NAME,
@@ -172,6 +184,12 @@ def listener(config: RouterConfig, secrets: Secrets | None = None) -> dict[str, 
                             "max_request_headers_kb": MAX_REQUEST_HEADERS_KB,
                             "stream_idle_timeout":
                                 f"{config.listener.stream_idle_timeout_s:g}s",
+                            "request_headers_timeout": f"{timeouts.headers_s:g}s",
+                            "request_timeout": f"{timeouts.request_s:g}s",
+                            "http_protocol_options": {
+                                "accept_http_10": True,
+                                "default_host_for_http_10": HTTP10_DEFAULT_HOST,
+                            },
                             "access_log": [
                                 {
                                     "name": "envoy.access_loggers.stdout",
@@ -181,7 +199,7 @@ def listener(config: RouterConfig, secrets: Secrets | None = None) -> dict[str, 
                                     },
                                 }
                             ],
-                            "local_reply_config": local_reply_config(config),
+                            "local_reply_config": local_reply_config(config, timeouts),
                             "route_config": {
                                 "name": LISTENER_NAME,
                                 "virtual_hosts": [virtual_host(config)],
@@ -196,17 +214,19 @@ def listener(config: RouterConfig, secrets: Secrets | None = None) -> dict[str, 
 
 
 def bootstrap(config: RouterConfig, grpc_address: str | None = None,
-              secrets: Secrets | None = None) -> dict[str, Any]:
+              secrets: Secrets | None = None, *,
+              timeouts: DownstreamTimeouts = DEFAULT_TIMEOUTS) -> dict[str, Any]:
     """A complete Envoy bootstrap; ``grpc_address`` overrides where the router listens.
     ``secrets`` (default: read from the files and variables the config names) are written
-    in clear: client API keys and, with fail-open, backend keys (see ``envoy_secret_paths``)."""
+    in clear: client API keys and, with fail-open, backend keys (see ``envoy_secret_paths``).
+    ``timeouts``: how long clients may take to send a request (``DownstreamTimeouts``)."""
     secrets = secrets if secrets is not None else envoy_secrets(config)
     admin_host, admin_port = split_host_port(config.listener.admin)
     return {
         "node": {"id": "semantic-router-envoy", "cluster": "semantic-router"},
         "admin": {"address": socket_address(admin_host, admin_port)},
         "static_resources": {
-            "listeners": [listener(config, secrets)],
+            "listeners": [listener(config, secrets, timeouts)],
             "clusters": clusters(config, grpc_address),
         },
     }

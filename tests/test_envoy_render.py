@@ -16,7 +16,15 @@ from extproc.config import RouterConfig, load_config, load_config_text
 from extproc.config.runtime import cluster_name_for
 from extproc.envoy_filters import EXT_PROC_FILTER, ROUTE_FROM_METADATA_FILTER
 from extproc.envoy_process import validate_config
-from extproc.envoy_render import EXTPROC_CLUSTER, at_most_regex, bootstrap, fragment, to_yaml
+from extproc.envoy_render import (
+    EXTPROC_CLUSTER,
+    HTTP10_DEFAULT_HOST,
+    DownstreamTimeouts,
+    at_most_regex,
+    bootstrap,
+    fragment,
+    to_yaml,
+)
 from extproc.names import HEADER_ATTRIBUTES, MAX_REQUEST_HEADERS_KB
 
 DEFAULT_YAML = Path(__file__).resolve().parent.parent / "config" / "default.yaml"
@@ -229,6 +237,28 @@ def test_fragment_embeds_into_an_existing_envoy(config: RouterConfig) -> None:
     assert part["virtual_host"] == whole["route_config"]["virtual_hosts"][0]
     assert part["http_filters"] == whole["http_filters"][:-1]
     assert_valid(host_bootstrap(part))
+
+
+def test_listener_takes_http10_and_bounds_only_the_request(config: RouterConfig) -> None:
+    """HTTP/1.0 is routed (nginx's default); a slow client is cut by the header and request
+    timeouts, a slow answer only by ``stream_idle_timeout``; ``expect`` never goes upstream."""
+    hcm = hcm_of(bootstrap(config))
+    assert hcm["http_protocol_options"] == {
+        "accept_http_10": True, "default_host_for_http_10": HTTP10_DEFAULT_HOST}
+    assert (hcm["request_headers_timeout"], hcm["request_timeout"]) == ("10s", "300s")
+    assert hcm["stream_idle_timeout"] == f"{config.listener.stream_idle_timeout_s:g}s"
+    assert "max_stream_duration" not in hcm.get("common_http_protocol_options", {})
+    assert "expect" in fragment(config)["virtual_host"]["request_headers_to_remove"]
+    custom = bootstrap(config, timeouts=DownstreamTimeouts(headers_s=1.5, request_s=0))
+    assert_valid(custom)
+    hcm = hcm_of(custom)
+    assert (hcm["request_headers_timeout"], hcm["request_timeout"]) == ("1.5s", "0s")
+    (timeout,) = [m for m in hcm["local_reply_config"]["mappers"]
+                  if "response.code == 408" in m["filter"]["extension_filter"]["typed_config"][
+                      "expression"]]
+    error = timeout["body_format_override"]["json_format"]["error"]
+    assert error["code"] == "request_timeout"
+    assert error["message"].endswith("; send its headers within 1.5 s")
 
 
 def test_validate_config_rejects_a_broken_document() -> None:
