@@ -14,7 +14,8 @@ Binds to loopback by default. Probes:
   200 only when ready *and* the default model has a ready endpoint, 503 otherwise.
 
 Worker writes need ``Authorization: Bearer <token>`` when ``router.admin_token_env`` names an
-environment variable; the token is compared in constant time and never logged. Errors are
+environment variable (its value stripped of surrounding whitespace, as a secret read from a
+file ends in a newline); the token is compared in constant time and never logged. Errors are
 OpenAI-style ``{"error": {"message", "type", "param", "code"}}`` with the right 4xx status.
 """
 
@@ -74,7 +75,8 @@ class WorkerRoutes:
                  logger: logging.Logger) -> None:
         self._registry = registry
         self._token_env = token_env
-        self._token = os.environ.get(token_env, "") if token_env else ""
+        # stripped like the header's value: a secret mounted from a file ends in a newline
+        self._token = os.environ.get(token_env, "").strip() if token_env else ""
         if token_env and not self._token:
             logger.warning("admin token variable is empty or unset; worker writes are refused",
                            extra={"admin_token_env": token_env})

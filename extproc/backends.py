@@ -9,9 +9,10 @@ Contracts:
   listed the model's provider model id) at their resolved IP; weights carry over. An
   endpoint that becomes unready or is deregistered leaves it.
 * An endpoint counts towards its model's readiness (``/health``, ``status``,
-  ``semantic_router_model_ready``) only when Envoy can route to it: registered workers only
-  with ``endpoint_discovery: eds``. With ``static`` they are listed as registered but
-  ``not routable with static discovery``.
+  ``semantic_router_model_ready``) only when Envoy can route to it: config ``backend_refs``
+  and config-file workers (``workers:``, rendered into Envoy's static clusters) always;
+  API-registered workers only with ``endpoint_discovery: eds``. With ``static`` those are
+  listed as registered but ``not routable with static discovery``.
 * ``/health`` is ready (HTTP 200) when the router is started, its classifiers are bound and
   the default model has a ready endpoint; the body says why not otherwise (``status`` is
   ``ready``, ``not_ready`` or, once the router stops, ``draining``).
@@ -98,9 +99,13 @@ class BackendCatalog:
                 "endpoints": {c: len(h) for c, h in self.table.assignments.items()}})
 
     def routable(self, ref: EndpointRef) -> bool:
-        """Whether Envoy can send this endpoint traffic: config endpoints are rendered into
-        its clusters; workers reach it only over EDS."""
-        return ref.source != "worker" or self.config.router.endpoint_discovery == "eds"
+        """Whether Envoy can send this endpoint traffic: config endpoints and config-file
+        workers are rendered into its clusters; API-registered workers reach it only over
+        EDS."""
+        if ref.source != "worker" or self.config.router.endpoint_discovery == "eds":
+            return True
+        worker = self.registry.get(ref.name)
+        return worker is not None and worker.source == "config"
 
     def readiness(self) -> tuple[dict[str, bool], dict[str, int], int]:
         """Per model: ready, and how many routable endpoints are ready; plus the worker

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
 import logging
 import os
 import signal
@@ -112,9 +111,6 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
     configure_logging(args.log_format, args.log_level)
     config = _load(args.config)
-    if args.state_dir:
-        router = config.router.model_copy(update={"state_dir": args.state_dir})
-        config = dataclasses.replace(config, router=router)
 
     async def main() -> None:
         stop, reload = asyncio.Event(), asyncio.Event()
@@ -125,7 +121,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         # hot reload watches the file it was started with (not the embedded defaults)
         path = Path(args.config) if args.config else None
         await serve(config, with_envoy=args.with_envoy, stop=stop, config_path=path,
-                    reload=reload)
+                    reload=reload, state_dir=args.state_dir or None)
 
     try:
         asyncio.run(main())

@@ -129,6 +129,20 @@ def _connect_reason(err: aiohttp.ClientConnectorError) -> str:
     return f"cannot connect: {detail}"
 
 
+async def _read_capped(stream: aiohttp.StreamReader, limit: int) -> bytes:
+    """The body up to ``limit`` bytes: ``read(n)`` returns only what is buffered (about
+    128 KiB at a time), so read until EOF or the limit."""
+    chunks: list[bytes] = []
+    size = 0
+    while size < limit:
+        chunk = await stream.read(limit - size)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)
+
+
 async def fetch_models(session: aiohttp.ClientSession, url: str, timeout_s: float,
                        authorization: str | None = None) -> tuple[tuple[str, ...] | None, str]:
     """``GET url``: the listed model ids and "", or None and the reason in words."""
@@ -138,7 +152,7 @@ async def fetch_models(session: aiohttp.ClientSession, url: str, timeout_s: floa
                 url, allow_redirects=False, headers=headers) as resp:
             if resp.status != 200:
                 return None, f"HTTP {resp.status} from {url}"
-            raw = await resp.content.read(MAX_MODELS_BYTES + 1)
+            raw = await _read_capped(resp.content, MAX_MODELS_BYTES + 1)
     except TimeoutError:
         return None, f"timeout after {timeout_s:g}s"
     except aiohttp.ClientConnectorError as err:

@@ -7,20 +7,26 @@ when it looks unchanged; checks never overlap.
 Streams already open keep the config snapshot they started with; only new streams see the
 new one. What Envoy itself was rendered with (listener, clusters) does not change here: a
 reload that adds models or moves addresses also needs ``envoy render`` and an Envoy reload
-(or EDS), and the reloader says so in its log line.
+(or EDS), and the reloader says so in its log line. Settings read once at start-up (ports,
+TLS, the state directory, the config file's ``workers:``) are named in a warning when they
+change. ``serve --state-dir`` overrides ``router.state_dir`` in every config read, so the
+comparison is between effective values.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hashlib
+import json
 import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from extproc.config import ConfigError, RouterConfig, load_config
 from extproc.metrics import RouterMetrics
+from extproc.workers import static_workers
 
 Apply = Callable[[RouterConfig], Awaitable[None]]
 
@@ -35,10 +41,13 @@ def _digest(path: Path) -> str | None:
 class ConfigReloader:
     def __init__(self, path: str | Path, current: RouterConfig, apply: Apply,
                  metrics: RouterMetrics, logger: logging.Logger,
-                 interval_s: float = 1.0) -> None:
+                 interval_s: float = 1.0, state_dir: str | None = None) -> None:
         self._path = Path(path)
-        self._started = current  # what Envoy was rendered with and the servers bound
+        self._state_dir = state_dir  # serve --state-dir, applied to every config read
+        self._started = with_state_dir(current, state_dir)  # what Envoy and servers run
         self._started_envoy: str | None = None
+        # now, not at the first reload: a workers directory may change before then
+        self._started_restart = _restart_only(self._started)
         self._apply = apply
         self._metrics = metrics
         self._logger = logger
@@ -95,7 +104,8 @@ class ConfigReloader:
             return "unchanged"
         self._seen = digest
         try:
-            config = await asyncio.to_thread(load_config, self._path)
+            config = with_state_dir(await asyncio.to_thread(load_config, self._path),
+                                    self._state_dir)
             await self._apply(config)
         except ConfigError as err:
             self._metrics.config_reload("failed")
@@ -112,7 +122,7 @@ class ConfigReloader:
         if self._started_envoy is None:
             self._started_envoy = _envoy_facing(self._started)
         envoy_changed = _envoy_facing(config) != self._started_envoy
-        started = _restart_only(self._started)
+        started = self._started_restart
         restart = [key for key, value in _restart_only(config).items() if value != started[key]]
         self._logger.info("config reloaded", extra={
             "config": str(self._path), "trigger": trigger, "summary": config.summary(),
@@ -137,9 +147,21 @@ def _envoy_facing(config: RouterConfig) -> str:
     return to_yaml(bootstrap(config, secrets=Secrets()))
 
 
+def with_state_dir(config: RouterConfig, state_dir: str | None) -> RouterConfig:
+    """``config`` with ``router.state_dir`` overridden (``serve --state-dir``) when given."""
+    if not state_dir:
+        return config
+    router = config.router.model_copy(update={"state_dir": state_dir})
+    return dataclasses.replace(config, router=router)
+
+
 def _restart_only(config: RouterConfig) -> dict[str, object]:
-    """Router settings read once at start-up: a reload cannot apply them."""
+    """Settings read once at start-up: a reload cannot apply them. ``workers`` is the config
+    file's worker documents (a directory's files read now): the worker registry and its
+    probes keep the ones it started with."""
     router = config.router
+    documents = [w.document() for w in static_workers(config.source.workers, config.models)[0]]
     return {"router.grpc": router.grpc, "router.admin": router.admin,
             "router.admin_token_env": router.admin_token_env, "router.probe": router.probe,
-            "router.tls": router.tls, "router.state_dir": router.state_dir}
+            "router.tls": router.tls, "router.state_dir": router.state_dir,
+            "workers": json.dumps(documents, sort_keys=True)}

@@ -29,7 +29,7 @@ from extproc.context import build_state
 from extproc.envoy_process import EnvoyError, EnvoyProcess, describe_exit
 from extproc.envoy_render import bootstrap, to_yaml
 from extproc.metrics import RouterMetrics
-from extproc.reload import ConfigReloader
+from extproc.reload import ConfigReloader, with_state_dir
 from extproc.security import (
     Secrets,
     backend_auth,
@@ -306,11 +306,13 @@ async def serve(config: RouterConfig, *, with_envoy: bool, stop: asyncio.Event,
                 config_path: Path | None = None, state_dir: str | None = None,
                 reload: asyncio.Event | None = None) -> None:
     """Run until ``stop`` is set (the CLI sets it on SIGINT/SIGTERM), re-reading the config
-    file whenever ``reload`` is set (SIGHUP), then :func:`drain_and_stop`. Raises
+    file whenever ``reload`` is set (SIGHUP), then :func:`drain_and_stop`. ``state_dir``
+    (``--state-dir``) overrides ``router.state_dir`` in this config and every reloaded one. Raises
     :class:`StartupError` (a port in use) or :class:`EnvoyError` (the bundled Envoy could
     not start, or exited on its own: the router stops, the caller exits non-zero)."""
     secrets = envoy_secrets(config) if with_envoy else None  # a missing key fails here
-    router = Router(config, state_dir=state_dir)
+    config = with_state_dir(config, state_dir)  # --state-dir: also on every reload
+    router = Router(config)
     try:
         await router.start()
     except BaseException:
@@ -319,7 +321,7 @@ async def serve(config: RouterConfig, *, with_envoy: bool, stop: asyncio.Event,
     reloader = None
     if config_path is not None:
         reloader = ConfigReloader(config_path, config, router.apply_config, router.metrics,
-                                  router.logger)
+                                  router.logger, state_dir=state_dir)
         reloader.start()
     reloads = (asyncio.create_task(_reload_on_request(reload, reloader, router.logger))
                if reload is not None else None)

@@ -12,24 +12,28 @@ Contracts:
 * :func:`parse_worker` accepts a document or raises :class:`WorkerError` listing every problem
   as ``(field, reason)``; it never returns a worker with unknown models, a non-http(s)
   endpoint, oversized fields, or metadata that looks like a credential, a GPU serial number
-  or a UUID (the router stores and serves metadata; it must never hold secrets).
+  or a UUID (the router stores and serves metadata; it must never hold secrets). Identifiers
+  must match whole (a trailing newline is refused); the endpoint's host is an IPv4 address,
+  an IPv6 literal without a zone id, or a DNS name, and its port 1-65535.
 * Envoy forwards ``/v1/...`` paths unchanged, so ``runtime_endpoint``'s path must be ``/v1``;
   an empty path or ``/`` (and a trailing ``/``) is read as ``/v1`` and the endpoint stored and
   shown as ``<scheme>://<host>[:<port>]/v1``. The prober reads
   ``<scheme>://<host>:<port>/v1/models``.
 * :class:`WorkerRegistry` keeps config-defined workers (read-only) and API-registered ones;
-  the latter are written to ``<state_dir>/workers.json`` with temp file + fsync + ``os.replace``,
-  so a crash mid-write leaves the old file or the new one, never a torn one.
+  the latter are written to ``<state_dir>/workers.json`` (see :mod:`extproc.worker_state`:
+  crash-safe, and an unreadable file is moved aside, not overwritten).
+* Two workers never share an endpoint (host and port) for the same model: Envoy would see
+  one endpoint twice. Such a registration is refused with 409 ``endpoint_in_use``; the same
+  worker_id may re-register (update) at its own endpoint.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import json
 import logging
-import os
 import re
-import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -39,6 +43,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from extproc.config.runtime import ModelTarget
 from extproc.secretscan import key_reason, secret_reason
+from extproc.worker_state import read_saved, write_atomically
 
 MAX_BODY_BYTES = 16 * 1024
 MAX_WORKERS = 256
@@ -47,9 +52,12 @@ MAX_METADATA_KEYS = 32
 MAX_VALUE_CHARS = 256
 STATE_FILE = "workers.json"
 
-_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
-_WORD = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-_META_KEY = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
+# Used with fullmatch: "$" would also accept a trailing newline.
+_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
+_WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+_META_KEY = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
+_DNS_LABEL = r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)"
+_DNS_NAME = re.compile(rf"{_DNS_LABEL}(?:\.{_DNS_LABEL})*\.?")
 _REQUIRED = ("worker_id", "worker_type", "runtime", "runtime_endpoint", "supported_models",
              "runtime_config")
 _OPTIONAL = ("gpu_metadata", "runtime_metadata", "weight")
@@ -116,7 +124,7 @@ def _check_metadata(name: str, value: Any, problems: list[tuple[str, str]]) -> N
         return
     for key, item in value.items():
         path = f"{name}.{key}"
-        if not _META_KEY.match(key):
+        if not _META_KEY.fullmatch(key):
             problems.append((path, "keys are 1-64 characters of letters, digits, '_', '.', '-'"))
         elif (reason := key_reason(key)) is not None:
             problems.append((path, reason))
@@ -137,12 +145,17 @@ def _check_endpoint(value: Any,
         return "", "", "", 0
     try:
         parts = urlsplit(value)
-        port = parts.port or (443 if parts.scheme == "https" else 80)
+        given = parts.port
     except ValueError as err:
         problems.append(("runtime_endpoint", f"not a valid URL: {err}"))
         return "", "", "", 0
+    port = given if given is not None else 443 if parts.scheme == "https" else 80
     if parts.scheme not in ("http", "https") or not parts.hostname:
         problems.append(("runtime_endpoint", "must be an http:// or https:// URL with a host"))
+    elif (host_problem := _host_problem(parts.hostname)) is not None:
+        problems.append(("runtime_endpoint", host_problem))
+    elif port == 0:
+        problems.append(("runtime_endpoint", "port must be 1-65535"))
     elif parts.username or parts.password:
         problems.append(("runtime_endpoint", "must not carry credentials"))
     elif parts.query or parts.fragment:
@@ -152,6 +165,29 @@ def _check_endpoint(value: Any,
                          "/v1): Envoy forwards /v1/... paths unchanged"))
     endpoint = urlunsplit((parts.scheme, parts.netloc, "/v1", "", ""))
     return endpoint, parts.scheme, parts.hostname or "", port
+
+
+def _host_problem(host: str) -> str | None:
+    """Why Envoy could never reach ``host`` (urlsplit's lower-cased hostname), or None."""
+    shown = host[:64]
+    if ":" in host:  # an IPv6 literal
+        if "%" in host:
+            return f"IPv6 zone ids are not accepted ('{shown}'): Envoy cannot use them"
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            return f"host '{shown}' is not a valid IPv6 address"
+        return None
+    if host.replace(".", "").isdigit():  # looks like IPv4: must be one
+        try:
+            ipaddress.IPv4Address(host)
+        except ValueError:
+            return f"host '{shown}' is not a valid IPv4 address"
+        return None
+    if len(host) > 253 or not _DNS_NAME.fullmatch(host):
+        return (f"host '{shown}' is not an IP address or DNS name (labels of letters, digits "
+                "and '-', separated by '.')")
+    return None
 
 
 def _resolve_models(value: Any, models: Mapping[str, ModelTarget],
@@ -195,8 +231,8 @@ def parse_worker(data: Any, models: Mapping[str, ModelTarget], *, source: str = 
     if problems:
         raise WorkerError(problems)
     for key, pattern in (("worker_id", _ID), ("worker_type", _WORD), ("runtime", _WORD)):
-        if not isinstance(data[key], str) or not pattern.match(data[key]):
-            problems.append((key, f"must match {pattern.pattern}"))
+        if not isinstance(data[key], str) or not pattern.fullmatch(data[key]):
+            problems.append((key, f"must match ^{pattern.pattern}$"))
     endpoint, scheme, host, port = _check_endpoint(data["runtime_endpoint"], problems)
     supported, resolved = _resolve_models(data["supported_models"], models, problems)
     for name in _METADATA:
@@ -252,26 +288,6 @@ def static_workers(source: list[dict[str, Any]] | str,
     return workers, errors
 
 
-def write_atomically(path: Path, payload: bytes) -> None:
-    """Temp file in the same directory, fsync, ``os.replace``, fsync the directory."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(payload)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
-
-
 @dataclass
 class WorkerRegistry:
     """Registered workers by id; ``on_change`` runs after every change (the catalog re-targets
@@ -289,29 +305,39 @@ class WorkerRegistry:
         return self.state_dir / STATE_FILE if self.state_dir is not None else None
 
     def load(self, configured: Sequence[Worker] = ()) -> None:
-        """Config workers, then the state file's (re-validated; invalid ones are logged and
-        dropped, e.g. a model removed from the config)."""
+        """Config workers, then the state file's (re-validated; invalid ones are logged with
+        their worker_id and dropped, e.g. a model removed from the config; an unreadable
+        file is moved aside)."""
         self._workers = {w.worker_id: w for w in configured}
         path = self.state_path
-        if path is None or not path.exists():
-            return
-        try:
-            saved = json.loads(path.read_text("utf-8"))["workers"]
-        except (OSError, ValueError, KeyError, TypeError) as err:
-            self.logger.error("cannot read worker state file",
-                              extra={"path": str(path), "error": str(err)})
-            return
-        for entry in saved if isinstance(saved, list) else []:
+        for entry in read_saved(path, self.logger) if path is not None else []:
             try:
                 worker = parse_worker(entry.get("worker"), self.models,
                                       now=float(entry.get("registered_at", 0.0)))
+                if worker.worker_id not in self._workers:
+                    self._check_endpoint_free(worker)
             except (WorkerError, AttributeError, TypeError, ValueError) as err:
-                self.logger.warning("dropping saved worker", extra={"error": str(err)})
+                self.logger.warning("dropping saved worker", extra={
+                    "worker_id": _saved_id(entry), "error": str(err)})
                 continue
             if worker.worker_id not in self._workers:
                 updated = float(entry.get("updated_at", worker.registered_at))
                 self._workers[worker.worker_id] = _with_times(worker, worker.registered_at,
                                                               updated)
+
+    def _check_endpoint_free(self, worker: Worker) -> None:
+        """Raise 409 when another worker serves one of ``worker``'s models at its host:port
+        (Envoy would get that endpoint twice for one cluster)."""
+        for other in self._workers.values():
+            if other.worker_id == worker.worker_id or (other.host, other.port) != (
+                    worker.host, worker.port):
+                continue
+            shared = [m for m in worker.models if m in other.models]
+            if shared:
+                host = f"[{worker.host}]" if ":" in worker.host else worker.host
+                raise WorkerError([("runtime_endpoint",
+                                    f"{host}:{worker.port} already serves model '{shared[0]}' "
+                                    f"as worker '{other.worker_id}'")], 409, "endpoint_in_use")
 
     def all(self) -> list[Worker]:
         return sorted(self._workers.values(), key=lambda w: w.worker_id)
@@ -327,6 +353,7 @@ class WorkerRegistry:
             if previous is not None and previous.source == "config":
                 raise WorkerError([("worker_id", "defined in the config file; edit it there")],
                                   409, "worker_is_static")
+            self._check_endpoint_free(worker)
             if previous is None and len(self._workers) >= MAX_WORKERS:
                 raise WorkerError([("worker_id", f"at most {MAX_WORKERS} workers")], 409,
                                   "too_many_workers")
@@ -371,6 +398,13 @@ class WorkerRegistry:
                 self._workers[worker_id] = previous
             raise WorkerError([("state_dir", f"cannot save registrations: {err.strerror}")],
                               503, "state_not_saved") from err
+
+
+def _saved_id(entry: Any) -> str | None:
+    """The worker_id of a saved entry, when it has a string one (for the log)."""
+    doc = entry.get("worker") if isinstance(entry, dict) else None
+    value = doc.get("worker_id") if isinstance(doc, dict) else None
+    return value[:64] if isinstance(value, str) else None
 
 
 def _with_times(worker: Worker, registered: float, updated: float) -> Worker:

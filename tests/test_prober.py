@@ -1,17 +1,19 @@
 """The readiness prober against fake backends: ready, wrong model id, down, slow, HTTP error,
-back-off and recovery."""
+back-off and recovery; model lists of any size up to 1 MiB."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 
+import aiohttp
 import pytest
 from aiohttp import web
 
 from extproc.config.schema import ProbeSettings
 from extproc.localnet import free_port
-from extproc.prober import EndpointRef, Prober
+from extproc.prober import MAX_MODELS_BYTES, EndpointRef, Prober, fetch_models, models_url
 from extproc.simulated_backend import BackendSpec, SimulatedBackend
 
 WANTED = "Qwen/Qwen3-0.6B"
@@ -118,3 +120,31 @@ async def test_new_target_is_probed_at_once(prober: Prober) -> None:
         assert prober.statuses()[0].ready
         prober.set_targets([])
         assert prober.statuses() == []
+
+
+@pytest.mark.parametrize(("count", "wanted_error"), [
+    (6_000, ""),  # ~300 KB: more than aiohttp buffers at once, still a valid list
+    (25_000, "model list larger than 1 MiB"),
+])
+async def test_large_model_lists_are_read_whole_up_to_1_mib(count: int,
+                                                             wanted_error: str) -> None:
+    listed = [{"id": WANTED, "object": "model"}] + [
+        {"id": f"lora-adapter-{i:05d}", "object": "model", "owned_by": "vllm", "root": WANTED}
+        for i in range(count)]
+    body = json.dumps({"object": "list", "data": listed}).encode()
+
+    async def big(_: web.Request) -> web.Response:
+        return web.Response(body=body, content_type="application/json")
+
+    runner, port = await _app(big)
+    try:
+        async with aiohttp.ClientSession() as session:
+            ids, error = await fetch_models(session, models_url("http", "127.0.0.1", port), 5)
+    finally:
+        await runner.cleanup()
+    assert error == wanted_error
+    if not wanted_error:
+        assert 250_000 < len(body) < MAX_MODELS_BYTES
+        assert ids is not None and len(ids) == count + 1 and ids[0] == WANTED
+    else:
+        assert len(body) > MAX_MODELS_BYTES and ids is None

@@ -5,6 +5,7 @@ is asked for; a reload and a watcher check never apply at the same time."""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from pathlib import Path
 
@@ -22,6 +23,11 @@ providers:
       provider_model_id: Qwen/Qwen3-0.6B
       backend_refs: [{name: g, endpoint: "127.0.0.1:8000"}]
 """
+
+
+WORKER = {"worker_id": "w1", "worker_type": "nvidia-gpu", "runtime": "cuda",
+          "runtime_endpoint": "http://127.0.0.1:8002/v1", "supported_models": ["general"],
+          "runtime_config": {"transport": "openai"}}
 
 
 class Applied:
@@ -94,6 +100,7 @@ async def test_reload_now_and_the_watcher_never_overlap(path: Path) -> None:
     ("router: {health_check_path: /ping}\n", True, []),     # Envoy's health checks
     ("router: {admin: '127.0.0.1:8181'}\n", False, ["router.admin"]),
     ("router: {on_overload: reject}\n", False, []),         # the router's own: applied
+    (f"workers: [{json.dumps(WORKER)}]\n", True, ["workers"]),  # static clusters; registry
 ])
 async def test_a_reload_says_what_it_cannot_apply(
     path: Path, caplog: pytest.LogCaptureFixture, addition: str, envoy: bool,
@@ -109,3 +116,34 @@ async def test_a_reload_says_what_it_cannot_apply(
     assert reloaded.envoy_config_changed is envoy  # type: ignore[attr-defined]
     warned = [r for r in caplog.records if r.getMessage().startswith("these settings")]
     assert [getattr(r, "settings", None) for r in warned] == ([restart] if restart else [])
+
+
+async def test_state_dir_from_the_command_line_is_compared_as_applied(
+        path: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """``serve --state-dir DIR`` overrides the file's ``router.state_dir`` in every reload:
+    an unchanged file is no restart-only change, and the applied config keeps DIR."""
+    apply = Applied()
+    state = str(tmp_path / "state")
+    reloader = ConfigReloader(path, load_config_text(CONFIG), apply, RouterMetrics(),
+                              logging.getLogger("test.reload"), state_dir=state)
+    caplog.set_level(logging.INFO, "test.reload")
+    assert await reloader.reload_now("SIGHUP") == "applied"
+    assert await reloader.reload_now("SIGHUP") == "applied"
+    assert [c.router.state_dir for c in apply.configs] == [state, state]
+    assert not [r for r in caplog.records if r.getMessage().startswith("these settings")]
+
+
+async def test_a_changed_workers_directory_is_named(path: Path, tmp_path: Path,
+                                                    caplog: pytest.LogCaptureFixture) -> None:
+    folder = tmp_path / "workers"
+    folder.mkdir()
+    (folder / "w1.json").write_text(json.dumps(WORKER))
+    text = CONFIG + f"workers: {json.dumps(str(folder))}\n"
+    path.write_text(text)
+    reloader = ConfigReloader(path, load_config_text(text), Applied(), RouterMetrics(),
+                              logging.getLogger("test.reload"))
+    caplog.set_level(logging.INFO, "test.reload")
+    (folder / "w1.json").write_text(json.dumps({**WORKER, "weight": 5}))
+    assert await reloader.reload_now("SIGHUP") == "applied"
+    warned = [r for r in caplog.records if r.getMessage().startswith("these settings")]
+    assert [getattr(r, "settings", None) for r in warned] == [["workers"]]

@@ -4,6 +4,7 @@ workers, and the crash-safe state file."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 from pathlib import Path
 from typing import Any
@@ -64,12 +65,23 @@ CASES = [
     ({"runtime_config": None}, "runtime_config", "required"),
     ({"worker_id": "bad id!"}, "worker_id", "must match"),
     ({"worker_id": "x" * 64}, "worker_id", "must match"),
+    ({"worker_id": "wnl\n"}, "worker_id", "must match"),  # "$" alone accepts this
+    ({"worker_type": "gpu\n"}, "worker_type", "must match"),
+    ({"runtime": "cuda\n"}, "runtime", "must match"),
+    ({"gpu_metadata": {"k\n": 1}}, "gpu_metadata.k\n", "keys are"),
     ({"nickname": "x"}, "nickname", "unknown field"),
     ({"runtime_endpoint": "ftp://w:21/v1"}, "runtime_endpoint", "http:// or https://"),
     ({"runtime_endpoint": "cuda-worker:8000"}, "runtime_endpoint", "http:// or https://"),
     ({"runtime_endpoint": "http://u:p@w:8000/v1"}, "runtime_endpoint", "credentials"),
     ({"runtime_endpoint": "http://w:8000/openai/v1"}, "runtime_endpoint", "path must be /v1"),
     ({"runtime_endpoint": "http://w:99999/v1"}, "runtime_endpoint", "not a valid URL"),
+    ({"runtime_endpoint": "http://127.0.0.1:0/v1"}, "runtime_endpoint", "port must be 1-65535"),
+    ({"runtime_endpoint": "http://exa mple:8000/"}, "runtime_endpoint", "not an IP address"),
+    ({"runtime_endpoint": "http://my_host:8000/"}, "runtime_endpoint", "not an IP address"),
+    ({"runtime_endpoint": "http://a%20b:8000/"}, "runtime_endpoint", "not an IP address"),
+    ({"runtime_endpoint": "http://-w:8000/"}, "runtime_endpoint", "not an IP address"),
+    ({"runtime_endpoint": "http://999.1.1.1:8000/"}, "runtime_endpoint", "not a valid IPv4"),
+    ({"runtime_endpoint": "http://[fe80::1%25eth0]:8000/"}, "runtime_endpoint", "zone ids"),
     ({"runtime_endpoint": "https://w/v1"}, "runtime_endpoint", "served over http"),
     ({"runtime_config": {"transport": "grpc"}}, "runtime_config.transport", "openai"),
     ({"supported_models": []}, "supported_models", "list of 1-"),
@@ -123,6 +135,11 @@ def test_rejections_name_the_field_and_why(config: RouterConfig, changes: dict[s
     ("http://w:8000/", "http://w:8000/v1"),  # the README: an empty path or / means /v1
     ("http://w:8000", "http://w:8000/v1"),
     ("http://[fd00::1]:8000/", "http://[fd00::1]:8000/v1"),
+    ("http://[::1]:8000/v1", "http://[::1]:8000/v1"),
+    ("http://localhost:8000", "http://localhost:8000/v1"),
+    ("http://vllm-0.vllm.svc.cluster.local:8000", "http://vllm-0.vllm.svc.cluster.local:8000/v1"),
+    ("http://10.0.0.7:8000/v1", "http://10.0.0.7:8000/v1"),
+    ("http://w/v1", "http://w/v1"),  # port 80
 ])
 def test_runtime_endpoint_path_is_v1(config: RouterConfig, given: str, stored: str) -> None:
     worker = parse_worker(example(runtime_endpoint=given), config.models, now=1.0)
@@ -162,7 +179,7 @@ async def test_registrations_persist_atomically(config: RouterConfig, tmp_path: 
     assert created
     again, created = await registry.upsert(example(weight=3))
     assert not created and again.registered_at == worker.registered_at and again.weight == 3
-    await registry.upsert(example(worker_id="cuda-02"))
+    await registry.upsert(example(worker_id="cuda-02", runtime_endpoint="http://cuda-2:8000"))
     assert [p.name for p in tmp_path.iterdir()] == ["workers.json"]  # no temp files left
 
     reloaded = WorkerRegistry(config.models, tmp_path)
@@ -188,7 +205,7 @@ async def test_a_failed_write_keeps_the_old_file(config: RouterConfig, tmp_path:
 
     monkeypatch.setattr(os, "replace", crash)  # the crash happens between write and rename
     with pytest.raises(WorkerError) as info:
-        await registry.upsert(example(worker_id="cuda-02"))
+        await registry.upsert(example(worker_id="cuda-02", runtime_endpoint="http://w2:8000"))
     assert info.value.status == 503
     assert (tmp_path / "workers.json").read_bytes() == before
     assert [p.name for p in tmp_path.iterdir()] == ["workers.json"]
@@ -204,3 +221,59 @@ async def test_config_workers_are_read_only(config: RouterConfig) -> None:
     assert info.value.status == 409
     with pytest.raises(WorkerError):
         await registry.remove("cuda-01")
+
+
+async def test_an_endpoint_serves_a_model_for_one_worker_only(config: RouterConfig) -> None:
+    """Two workers at one host:port for one model: Envoy would get that endpoint twice."""
+    registry = WorkerRegistry(config.models)
+    await registry.upsert(example())
+    with pytest.raises(WorkerError) as info:
+        await registry.upsert(example(worker_id="cuda-02", supported_models=["general", "acme"],
+                                      runtime_endpoint="http://CUDA-worker:8000/"))
+    assert (info.value.status, info.value.code, info.value.field) == (
+        409, "endpoint_in_use", "runtime_endpoint")
+    assert "cuda-worker:8000 already serves model 'acme' as worker 'cuda-01'" in str(info.value)
+    assert registry.get("cuda-02") is None
+    # the same worker may update itself; another model or another port is fine
+    updated, created = await registry.upsert(example(weight=2))
+    assert not created and updated.weight == 2
+    await registry.upsert(example(worker_id="cuda-02", supported_models=["general"]))
+    await registry.upsert(example(worker_id="cuda-03", runtime_endpoint="http://cuda-worker:8001"))
+    # a config worker holds its endpoint too
+    configured, _ = static_workers([example(worker_id="cfg", runtime_endpoint="http://c:1")],
+                                   config.models)
+    registry.load(configured)
+    with pytest.raises(WorkerError, match="as worker 'cfg'"):
+        await registry.upsert(example(runtime_endpoint="http://c:1/v1"))
+
+
+async def test_a_corrupt_state_file_is_moved_aside_not_overwritten(
+        config: RouterConfig, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    state = tmp_path / "workers.json"
+    state.write_text('{"version": 1, "workers": [')  # torn by hand, or another tool
+    registry = WorkerRegistry(config.models, tmp_path)
+    with caplog.at_level(logging.ERROR):
+        registry.load()
+    (aside,) = tmp_path.glob("workers.json.corrupt-*")
+    assert aside.read_text() == '{"version": 1, "workers": ['
+    assert aside.name.removeprefix("workers.json.corrupt-").isdigit()
+    (record,) = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert getattr(record, "moved_to", None) == str(aside)
+    await registry.upsert(example())
+    assert aside.read_text() == '{"version": 1, "workers": ['  # the next write left it alone
+    assert json.loads(state.read_text())["workers"][0]["worker"]["worker_id"] == "cuda-01"
+    state.write_text('{"workers": {"cuda-01": {}}}')  # JSON, but not the shape: aside too
+    WorkerRegistry(config.models, tmp_path).load()
+    assert len(list(tmp_path.glob("workers.json.corrupt-*"))) == 2 and not state.exists()
+
+
+async def test_dropped_saved_workers_are_named(config: RouterConfig, tmp_path: Path,
+                                                caplog: pytest.LogCaptureFixture) -> None:
+    registry = WorkerRegistry(config.models, tmp_path)
+    await registry.upsert(example())
+    shrunk = load_config_text(CONFIG.split("    - name: acme")[0])  # model acme removed
+    with caplog.at_level(logging.WARNING):
+        WorkerRegistry(shrunk.models, tmp_path).load()
+    (record,) = [r for r in caplog.records if r.getMessage() == "dropping saved worker"]
+    assert getattr(record, "worker_id", None) == "cuda-01"
+    assert "unknown model 'acme/model-1'" in getattr(record, "error", "")
