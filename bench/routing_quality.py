@@ -17,8 +17,12 @@ lists) was the held-out check until its misses were published; the sets written 
 `guard_prompts_heldout2.jsonl` (130: jailbreaks, PII and their harmless look-alikes; its
 jailbreak and SSN misses have since been read), `guard_prompts_heldout3.jsonl` (150, the same
 kinds, written later) and
-`reasoning_prompts_heldout.jsonl` (240: word problems against general prompts with numbers),
-are the held-out checks now: never tune on them.
+`reasoning_prompts_heldout.jsonl` (240: word problems against general prompts with numbers)
+and `guard_prompts_intl_heldout.jsonl` (160: attacks in twenty languages and emotional
+framings, everyday prompts in those languages, PII in them), are the held-out checks now:
+never tune on them. `guard_prompts_intl_tuning.jsonl` (written with it, the same kinds) and
+`benign_intl_lookalikes.jsonl` (400 harmless prompts in twenty languages built to tempt the
+guards) were read while writing `foreign_attacks`.
 """
 
 from __future__ import annotations

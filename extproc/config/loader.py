@@ -54,6 +54,7 @@ from extproc.signals.specs import (
     SignalSpec,
     casefold_safe,
     compile_keywords,
+    keyword_gate,
 )
 
 _SIGNAL_TAGS = frozenset(
@@ -240,8 +241,11 @@ def _signals(parsed: RouterFile, errors: list[str]) -> list[SignalSpec]:
             except re.error as err:
                 errors.append(f"{path}.keywords: invalid regular expression: {err}")
                 continue
+            gate = keyword_gate(signal.keywords, regex=signal.regex,
+                                case_sensitive=signal.case_sensitive,
+                                match_all=signal.match == "all", fold=fold)
             specs.append(KeywordSpec(signal.name, signal.on_error, patterns,
-                                     signal.match == "all", signal.text_source, fold))
+                                     signal.match == "all", signal.text_source, fold, gate))
         elif isinstance(signal, ContextLengthSignal):
             specs.append(
                 ContextLengthSpec(

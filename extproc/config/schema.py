@@ -218,7 +218,7 @@ class TextSourced(Strict):
 
 class KeywordSignal(SignalBase, TextSourced):
     type: Literal["keyword"]
-    keywords: list[Annotated[str, Field(min_length=1, max_length=512)]] = Field(min_length=1)
+    keywords: list[Annotated[str, Field(min_length=1, max_length=4096)]] = Field(min_length=1)
     regex: bool = False
     case_sensitive: bool = False
     word_boundary: bool = True

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 
 from classifiers.scan import ScanBudget, windows
 from extproc.decision import SignalResult
+from extproc.signals.literals import literal_gate
+from extproc.signals.trie import trie_source
 
 # Keyword signals read texts longer than this in budgeted chunks on a thread (KeywordSpec.scan)
 KEYWORD_INLINE_CHARS = 16 * 1024  # the embedded defaults' lists read ~1 µs a character
@@ -33,10 +35,15 @@ class KeywordSpec:
     fold: bool = False
     """The patterns were compiled case-sensitively from casefolded keywords
     (``casefold_safe``): the text is casefolded before matching."""
+    gate: tuple[re.Pattern[str], ...] | None = None
+    """For ``any`` over regexes: one of the literals every match needs (``literals``); a text
+    without any is not searched further."""
 
     def evaluate(self, text: str) -> SignalResult:
         if self.fold:
             text = fold_case(text)
+        if self.gate is not None and not any(g.search(text) for g in self.gate):
+            return _keyword_result(self.name, None)
         first = self.patterns[0].search(text)
         # match all: the others are searched only while every one matches
         if (first is not None and self.match_all
@@ -61,6 +68,9 @@ class KeywordSpec:
             for window in chunks:
                 if budget is not None:
                     budget.check()
+                if self.gate is not None and not any(
+                        g.search(text, window.start, window.end) for g in self.gate):
+                    continue
                 for match in pattern.finditer(text, window.start, window.end):
                     if match.start() >= window.own_start:
                         found = match.group(0) if match.start() < window.own_end else None
@@ -167,6 +177,15 @@ def casefold_safe(keywords: list[str], *, regex: bool) -> bool:
     return all(k.lower() == k.lower().casefold() for k in keywords)
 
 
+def keyword_gate(keywords: list[str], *, regex: bool, case_sensitive: bool, match_all: bool,
+                 fold: bool = False) -> tuple[re.Pattern[str], ...] | None:
+    """The literal gate (``literals.literal_gate``) of an ``any`` list of regexes, compiled
+    as ``compile_keywords`` compiles the list; None for literal lists (already one trie)."""
+    if not regex or match_all:
+        return None
+    return literal_gate(keywords, 0 if case_sensitive or fold else re.IGNORECASE)
+
+
 def compile_keywords(
     keywords: list[str], *, regex: bool, case_sensitive: bool, word_boundary: bool, match_all: bool,
     fold: bool = False,
@@ -191,32 +210,8 @@ def compile_keywords(
     for keyword in keywords:
         shapes.setdefault(_edges(keyword, word_boundary), []).append(
             keyword if case_sensitive else keyword.lower())
-    sources = [start + _trie_source(words) + end for (start, end), words in shapes.items()]
+    sources = [start + trie_source(words) + end for (start, end), words in shapes.items()]
     return (re.compile("|".join(f"(?:{s})" for s in sources), flags),)
-
-
-_Trie = dict[str, "_Trie"]
-
-
-def _trie_source(words: list[str]) -> str:
-    """One regex matching exactly ``words`` (escaped), shared prefixes written once."""
-    root: _Trie = {}
-    for word in words:
-        node = root
-        for char in word:
-            node = node.setdefault(char, {})
-        node[""] = {}  # a word ends here
-
-    def source(node: _Trie) -> str:
-        branches = [re.escape(char) + source(child) for char, child in node.items() if char]
-        if not branches:
-            return ""
-        body = branches[0] if len(branches) == 1 else "(?:" + "|".join(branches) + ")"
-        if "" not in node:
-            return body
-        return f"(?:{body})?"
-
-    return source(root)
 
 
 def estimate_tokens(text_length: int) -> int:
