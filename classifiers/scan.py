@@ -14,6 +14,7 @@ Constraints: pure Python, no torch, nothing from ``extproc/``.
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass
 from itertools import pairwise
@@ -34,15 +35,37 @@ class ScanCancelled(ClassifierError):
     """The request waiting for this scan is gone (its stream was cancelled)."""
 
 
-class ScanBudget:
-    """The time one scan may take and whether anyone still waits for it. The scan calls
-    ``check`` before each chunk, on its worker thread; the awaiting side calls ``cancel``.
-    ``chunks`` counts the chunks started."""
+class CpuAccount:
+    """The CPU time the scans of one request may spend together, on their own threads."""
 
     def __init__(self, seconds: float) -> None:
         self.seconds = seconds
-        self.deadline = time.monotonic() + seconds
+        self.spent = 0.0
+        self._lock = threading.Lock()
+
+    def charge(self, seconds: float) -> float:
+        """Adds ``seconds``; the total spent."""
+        with self._lock:
+            self.spent += seconds
+            return self.spent
+
+
+class ScanBudget:
+    """What one scan may still spend and whether anyone still waits for it. The scan calls
+    ``check`` before each chunk, on its worker thread; the awaiting side calls ``cancel``.
+    ``chunks`` counts the chunks started.
+
+    The budget is CPU time: the scanning thread's own, charged to ``account`` (shared by the
+    scans of one request, else the scan's alone), not the wall clock. A text is too long to
+    scan whatever else runs, so a busy host (other requests' scans, the encoder, Envoy on the
+    same cores) does not turn a long harmless prompt into a failed scan; how long the caller
+    waits in wall time is its own bound (``extproc.signals.evaluator._detect``)."""
+
+    def __init__(self, seconds: float, account: CpuAccount | None = None) -> None:
+        self.seconds = seconds
+        self.account = account if account is not None else CpuAccount(seconds)
         self.chunks = 0
+        self._last: float | None = None  # the scanning thread's CPU clock at its last check
         self._cancelled = False  # one attribute store: visible to the scanning thread
 
     def cancel(self) -> None:
@@ -56,9 +79,12 @@ class ScanBudget:
         """Raises ``ScanCancelled`` or ``ClassifierTimeout`` when the scan must stop."""
         if self._cancelled:
             raise ScanCancelled(f"scan cancelled after {self.chunks} chunks")
-        if time.monotonic() >= self.deadline:
+        now = time.thread_time()
+        spent = self.account.charge(0.0 if self._last is None else now - self._last)
+        self._last = now
+        if spent >= self.account.seconds:
             raise ClassifierTimeout(f"scan stopped after {self.chunks} chunks at its "
-                                    f"{self.seconds * 1000:.0f} ms budget")
+                                    f"{self.account.seconds * 1000:.0f} ms CPU budget")
         self.chunks += 1
 
 

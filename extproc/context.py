@@ -15,9 +15,16 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from extproc.config import RouterConfig
-from extproc.decision import CompiledDecision, Outcome, SignalResult, decide, signals_of
+from extproc.decision import (
+    CompiledDecision,
+    Outcome,
+    SignalResult,
+    decide,
+    holds_on_failures_only,
+    signals_of,
+)
 from extproc.envoy_adapter import BodyTemplate
-from extproc.errors import TooManyRequests
+from extproc.errors import PayloadTooLarge, TooManyRequests
 from extproc.metrics import RouterMetrics
 from extproc.openai_request import ENDPOINTS, Endpoint, TextSource
 from extproc.security import backend_auth
@@ -56,6 +63,17 @@ class RouterState:
         """The blocking decisions alone (a request naming a model is routed to it otherwise)."""
         return decide(self.guard_decisions, results, self.config.default_model.name)
 
+    def refuse_unchecked(self, outcome: Outcome, results: Mapping[str, SignalResult]) -> None:
+        """A block that holds only because guards could not read the text in time (their
+        ``on_error: match``) is a 413 saying so, not an accusation: nothing was found."""
+        if outcome.plugins.block is not None and holds_on_failures_only(
+                self.config.decisions, outcome, results):
+            failed = sorted(r.name for r in results.values() if r.error and r.matched)
+            raise PayloadTooLarge(
+                "The prompt is too long for the router to check within its time budget "
+                f"({', '.join(failed)}); send a shorter text.", param="messages",
+                code="prompt_too_long_to_check")
+
 
 def needed_signals(config: RouterConfig) -> frozenset[str]:
     """Only signals some decision references are computed (plus the pii signal when a
@@ -77,7 +95,8 @@ def _guard(config: RouterConfig, metrics: RouterMetrics, engine: LearnedEngine |
     needed = frozenset().union(*(signals_of(d.rule) for d in guards))
     return SignalEvaluator(config.signals, needed, engine, on_signal_error=metrics.signal_error,
                            on_windows=metrics.classifier_windows,
-                           scan_timeout_s=scan_timeout_s(config))
+                           scan_timeout_s=scan_timeout_s(config),
+                           scan_wait_s=scan_wait_s(config))
 
 
 def _model_object(name: str, created: int) -> dict[str, object]:
@@ -85,12 +104,19 @@ def _model_object(name: str, created: int) -> dict[str, object]:
 
 
 def scan_timeout_s(config: RouterConfig) -> float:
-    """How long a PII, language or keyword scan of a long text may take: the classifier
+    """The CPU time a PII, language or keyword scan of a long text may take: the classifier
     timeout, but at most a fifth of Envoy's message timeout (1 s with the defaults), so a huge
     text gets its signal's ``on_error`` answer well before Envoy's 504, and the rest of that
     window absorbs the queueing such texts cause for other requests."""
     return min(config.classifiers.batching.timeout_ms,
                config.router.message_timeout_ms / 5) / 1000
+
+
+def scan_wait_s(config: RouterConfig) -> float:
+    """How long a request waits for such a scan in wall time (the scan's own budget is CPU
+    time): half of Envoy's message timeout (2.5 s with the defaults), then the host is too
+    busy and ``router.on_overload`` answers, well before Envoy's 504."""
+    return max(config.router.message_timeout_ms / 2000, scan_timeout_s(config))
 
 
 def build_state(
@@ -99,6 +125,7 @@ def build_state(
     evaluator = SignalEvaluator(
         config.signals, needed_signals(config), engine, on_signal_error=metrics.signal_error,
         on_windows=metrics.classifier_windows, scan_timeout_s=scan_timeout_s(config),
+        scan_wait_s=scan_wait_s(config),
     )
     created = int(time.time())
     guards = guard_decisions(config)

@@ -7,9 +7,12 @@ lookups, so they can be tested table-driven and cost microseconds per request.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from extproc.names import DEFAULT_DECISION
+
+# The label of a failed learned signal that matched on its ``fallback_keywords``
+FALLBACK_LABEL = "fallback"
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,3 +159,20 @@ def decide(
             continue
         return Outcome(decision.name, decision.model, True, decision.plugins, tuple(shadowed))
     return Outcome(DEFAULT_DECISION, default_model, False, NO_PLUGINS, tuple(shadowed))
+
+
+def holds_on_failures_only(
+    decisions: Sequence[CompiledDecision], outcome: Outcome, results: Mapping[str, SignalResult],
+) -> bool:
+    """Whether ``outcome``'s decision holds only through signals that failed and matched by
+    their ``on_error: match`` (a text too long to scan): read as unmatched, its rule fails.
+    A failed learned signal that matched on its ``fallback_keywords`` found them: it counts."""
+    if not any(_matched_on_failure(r) for r in results.values()):
+        return False
+    clean = {name: replace(r, matched=False) if _matched_on_failure(r) else r
+             for name, r in results.items()}
+    return not any(d.name == outcome.decision and rule_matches(d.rule, clean) for d in decisions)
+
+
+def _matched_on_failure(result: SignalResult) -> bool:
+    return result.matched and result.error is not None and result.label != FALLBACK_LABEL

@@ -364,6 +364,7 @@ class StreamProcessor:
         outcome = self._state.guard_decide(results)
         if outcome.plugins.block is None or self._config.router.mode == "shadow":
             return None, results
+        self._state.refuse_unchecked(outcome, results)
         return Route(outcome.decision, model, "blocked", plugins=outcome.plugins,
                      signal_errors=_signal_errors(results)), results
 
@@ -383,9 +384,12 @@ class StreamProcessor:
         pii: frozenset[str] = frozenset()
         errors: tuple[tuple[str, str], ...] = ()
         if target.pii_allowed is not None and config.pii_signal is not None:
-            found = guarded.get(config.pii_signal) or await self._state.evaluator.pii(
-                config.pii_signal, request.classifier_text(self._state.text_source),
-                request.classifier_text_for)  # the guard's scan, when it had one
+            try:
+                found = guarded.get(config.pii_signal) or await self._state.evaluator.pii(
+                    config.pii_signal, request.classifier_text(self._state.text_source),
+                    request.classifier_text_for)  # the guard's scan, when it had one
+            except Overloaded as err:  # no PII verdict in time on a busy host: not allowed on
+                raise TooManyRequests("the router is overloaded; retry shortly") from err
             pii = found.labels if found is not None else frozenset()
             if found is not None and found.error:
                 errors = ((found.name, found.error),)
@@ -413,6 +417,7 @@ class StreamProcessor:
             return Route(outcome.decision, outcome.model or "", "shadow",
                          shadowed=(*outcome.shadowed, outcome.decision), debug=debug,
                          signal_errors=errors)
+        self._state.refuse_unchecked(outcome, results)
         reason = ""
         if outcome.plugins.block is not None:
             kind = "blocked"

@@ -20,14 +20,24 @@ class Records(logging.Handler):
         self.records.append(record)
 
 
-class SlowScan:
-    """A detector that scans ``total`` chunks of 10 ms, checking the budget before each,
-    as ``PiiDetector`` and ``LanguageDetector`` do. ``short_texts_only``: texts scanned
-    without a budget (chat-sized, inline) are answered at once."""
+def busy(seconds: float) -> None:
+    """Spend ``seconds`` of this thread's CPU time, as a scan of a chunk does."""
+    until = time.thread_time() + seconds
+    while time.thread_time() < until:
+        pass
 
-    def __init__(self, total: int = 1000, short_texts_only: bool = False) -> None:
+
+class SlowScan:
+    """A detector that scans ``total`` chunks of 10 ms of CPU, checking the budget before
+    each, as ``PiiDetector`` and ``LanguageDetector`` do. ``short_texts_only``: texts scanned
+    without a budget (chat-sized, inline) are answered at once. ``starved``: each chunk waits
+    10 ms instead (a thread that gets no CPU on a busy host)."""
+
+    def __init__(self, total: int = 1000, short_texts_only: bool = False,
+                 starved: bool = False) -> None:
         self.total = total
         self.short_texts_only = short_texts_only
+        self.starved = starved
         self.chunks = 0
         self.stopped = threading.Event()
         self.error: BaseException | None = None
@@ -40,7 +50,10 @@ class SlowScan:
                 if budget is not None:
                     budget.check()
                 self.chunks += 1
-                time.sleep(0.01)
+                if self.starved:
+                    time.sleep(0.01)
+                else:
+                    busy(0.01)
             return ()
         except BaseException as err:
             self.error = err

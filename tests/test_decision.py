@@ -15,12 +15,15 @@ from classifiers.api import ClassifierError, ClassifierTimeout, Overloaded, Sign
 from extproc.decision import (
     AllRule,
     AnyRule,
+    Block,
     CompiledDecision,
+    DecisionPlugins,
     NotRule,
     Rule,
     SignalResult,
     SignalRule,
     decide,
+    holds_on_failures_only,
     order_decisions,
     rule_matches,
     signals_of,
@@ -390,3 +393,24 @@ def test_keyword_trie_matches_exactly_where_the_keywords_own_patterns_match() ->
             first = min(m.start() for m in hits)
             assert found.start() == first, (keywords, text)
             assert found.group(0) in {m.group(0) for m in hits if m.start() == first}
+
+
+def test_a_block_through_failed_signals_only_is_told_apart() -> None:
+    """`holds_on_failures_only`: the processor answers such a block with a 413 ("too long to
+    check"), not the decision's accusation; a real match beside a failure still blocks."""
+    decisions = (
+        CompiledDecision("jailbreak", 90, AnyRule((SignalRule("head"), SignalRule("phrases"))),
+                         None, plugins=DecisionPlugins(
+                             block=Block(403, "jailbreak_detected", "no", "error"))),
+    )
+    failed = SignalResult("phrases", True, error="timeout")
+    for head, only_failures in ((False, True), (True, False)):
+        results = {"head": SignalResult("head", head), "phrases": failed}
+        outcome = decide(decisions, results, "general")
+        assert outcome.decision == "jailbreak"
+        assert holds_on_failures_only(decisions, outcome, results) is only_failures
+    fallback = {"head": SignalResult("head", True, 1.0, "fallback", error="timeout"),
+                "phrases": failed}  # the head's fallback phrases were found: a real match
+    assert not holds_on_failures_only(decisions, decide(decisions, fallback, "general"), fallback)
+    clean = {"head": SignalResult("head", True), "phrases": SignalResult("phrases", False)}
+    assert not holds_on_failures_only(decisions, decide(decisions, clean, "general"), clean)

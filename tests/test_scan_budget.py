@@ -19,11 +19,11 @@ from classifiers.api import ClassifierTimeout
 from classifiers.language import LanguageGuess
 from classifiers.scan import ScanBudget, ScanCancelled
 from extproc.config import load_config_text
-from extproc.context import RouterState, build_state, scan_timeout_s
+from extproc.context import RouterState, build_state, scan_timeout_s, scan_wait_s
 from extproc.metrics import RouterMetrics
 from extproc.signals import evaluator as evaluator_module
 from tests.processor_support import TWO_MODELS, routed_decision, send_chat
-from tests.scan_support import Records, SlowScan
+from tests.scan_support import Records, SlowScan, busy
 
 CONFIG = TWO_MODELS + """
 classifiers: {batching: {timeout_ms: 300}}
@@ -142,7 +142,8 @@ async def test_cancelled_request_stops_the_scan(monkeypatch: pytest.MonkeyPatch)
     assert _signal_errors(state.metrics) == {}  # a cancelled request is no signal failure
 
 
-@pytest.mark.parametrize(("on_error", "status"), [("reject", 503), ("match", 403)])
+# on_error: match refuses the text it could not read, with a 413 saying so (nothing was found)
+@pytest.mark.parametrize(("on_error", "status"), [("reject", 503), ("match", 413)])
 async def test_slow_scan_takes_on_error(
     monkeypatch: pytest.MonkeyPatch, on_error: str, status: int
 ) -> None:
@@ -176,3 +177,40 @@ async def test_language_scan_is_bounded_too(monkeypatch: pytest.MonkeyPatch) -> 
     assert ("lang", "timeout", "ignore") in _signal_errors(state.metrics)
     scan.total = 1  # a quick scan answers as before
     assert _decision(await _send(state, "Wie spät ist es? " * 40)) == "code"
+
+
+def test_the_budget_is_the_scanning_threads_cpu_time() -> None:
+    """Waiting (for the interpreter, for a core) costs a scan nothing; scanning does."""
+    budget = ScanBudget(0.05)
+    budget.check()
+    time.sleep(0.15)  # three budgets of wall time, no CPU
+    budget.check()
+    busy(0.06)
+    with pytest.raises(ClassifierTimeout):
+        budget.check()
+
+
+@pytest.mark.parametrize(("on_overload", "status"), [("reject", 429), ("default", None)])
+async def test_a_scan_starved_of_cpu_is_an_overload_not_a_refusal(
+    monkeypatch: pytest.MonkeyPatch, on_overload: str, status: int | None,
+) -> None:
+    """A phrase guard with `on_error: match` refuses a text too long to scan; a scan that
+    cannot get the CPU in time (a busy host) is the router's overload instead: 429 with
+    retry-after (the SDKs retry), or routed unclassified, never a 403 the client keeps."""
+    scan = SlowScan(starved=True)
+    monkeypatch.setattr(evaluator_module, "_pii_detector", lambda spec: scan)
+    router = f"router: {{message_timeout_ms: 1000, on_overload: {on_overload}}}\n"
+    config = load_config_text(CONFIG.replace("ON_ERROR", "match") + router)
+    assert scan_timeout_s(config) == 0.2 and scan_wait_s(config) == 0.5
+    state = build_state(config, RouterMetrics(), engine=None)
+    started = time.perf_counter()
+    response = await _send(state, "x " * 1000)
+    assert time.perf_counter() - started < 0.5 + 0.3
+    if status is None:
+        assert _decision(response) == "default"
+    else:
+        assert response.immediate_response is not None
+        assert response.immediate_response.status.code == status  # type: ignore[union-attr]
+    assert await asyncio.to_thread(scan.stopped.wait, 1.0)
+    assert isinstance(scan.error, ScanCancelled)  # stopped at its next chunk
+    assert _signal_errors(state.metrics) == {}  # no signal failed: the host was busy

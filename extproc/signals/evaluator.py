@@ -6,10 +6,12 @@ takes its configured ``on_error`` outcome and the failure is reported to ``on_si
 so it is counted, never silent. ``Overloaded`` is not handled here: the router decides what an
 overloaded classifier means for the whole request (``router.on_overload``).
 
-PII and language detectors run inline on short texts and on a worker thread for long ones,
-bounded by ``scan_timeout_s``: past it the signal fails with kind ``timeout`` like a learned
-signal whose classifier did not answer in time, and a scan whose request was cancelled (Envoy
-reset the stream) stops at its next chunk instead of running on (``classifiers.scan``).
+Keyword, PII and language scans run inline on short texts and on a worker thread for long
+ones, bounded by ``scan_timeout_s`` of CPU time for all of a request's long scans (a request
+waiting longer than ``scan_wait_s`` for them gets ``Overloaded``): past it the signal fails
+with kind ``timeout`` like a learned signal whose classifier did not answer in time, and a
+scan whose request was cancelled (Envoy reset the stream) stops at its next chunk instead of
+running on (``classifiers.scan``).
 """
 
 from __future__ import annotations
@@ -20,8 +22,8 @@ from functools import partial
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from classifiers.api import ClassifierError, ClassifierTimeout, Overloaded, SignalScore
-from classifiers.scan import ScanBudget
-from extproc.decision import SignalResult
+from classifiers.scan import CpuAccount, ScanBudget
+from extproc.decision import FALLBACK_LABEL, SignalResult
 from extproc.errors import ServiceUnavailable
 from extproc.opaque_tokens import mask_opaque
 from extproc.signals.specs import (
@@ -40,24 +42,32 @@ if TYPE_CHECKING:
 
 _INLINE_TEXT_CHARS = 512
 DEFAULT_SCAN_TIMEOUT_S = 1.0
+DEFAULT_SCAN_WAIT_S = 2.5
 
 T = TypeVar("T")
 
 
 async def _detect(
-    detect: Callable[[str, ScanBudget | None], T], text: str, timeout_s: float
+    detect: Callable[[str, ScanBudget | None], T], text: str, account: CpuAccount, wait_s: float,
 ) -> T:
     """Pattern and n-gram detectors are cheap for chat-sized text; long texts go to a thread
-    so one huge prompt cannot stall every other request on the event loop. The wait is
-    bounded by ``timeout_s`` (``ClassifierTimeout``); when it ends early, on a timeout or a
-    cancellation, the budget is cancelled and the thread stops before its next chunk."""
+    so one huge prompt cannot stall every other request on the event loop. The scan may use
+    what is left of ``account``, the CPU time the request's long scans share (then
+    ``ClassifierTimeout``: the text is too long to scan, the signal's ``on_error``; a single
+    budget for the request, so a huge text gets that answer in about the same time however
+    many signals read it); the wait for it is bounded by ``wait_s`` of wall time
+    (then ``Overloaded``: the host is too busy to give the scan its time, which
+    ``router.on_overload`` answers, 429 with the defaults, rather than a refusal the client
+    would not retry). When the wait ends early, the budget is cancelled and the thread stops
+    before its next chunk."""
     if len(text) <= _INLINE_TEXT_CHARS:
         return detect(text, None)
-    budget = ScanBudget(timeout_s)
+    budget = ScanBudget(account.seconds, account)
     try:
-        return await asyncio.wait_for(asyncio.to_thread(detect, text, budget), timeout_s)
+        return await asyncio.wait_for(asyncio.to_thread(detect, text, budget), wait_s)
     except TimeoutError as err:
-        raise ClassifierTimeout(f"no result within {timeout_s * 1000:.0f} ms") from err
+        raise Overloaded(f"a scan got {budget.chunks} chunks done in {wait_s * 1000:.0f} ms "
+                         f"of waiting") from err
     finally:
         budget.cancel()  # nothing to stop when the scan finished
 
@@ -113,8 +123,10 @@ class SignalEvaluator:
         on_signal_error: SignalErrorHook | None = None,
         on_windows: Callable[[str, int], None] | None = None,
         scan_timeout_s: float = DEFAULT_SCAN_TIMEOUT_S,
+        scan_wait_s: float = DEFAULT_SCAN_WAIT_S,
     ) -> None:
-        """``scan_timeout_s``: the longest a PII or language scan of one text may take."""
+        """``scan_timeout_s``: the CPU time a keyword, PII or language scan of one long text
+        may take; ``scan_wait_s``: how long a request waits for it (``_detect``)."""
         self._keywords = tuple(s for s in specs if isinstance(s, KeywordSpec) and s.name in needed)
         self._lengths = tuple(
             s for s in specs if isinstance(s, ContextLengthSpec) and s.name in needed
@@ -135,6 +147,7 @@ class SignalEvaluator:
         self._on_signal_error = on_signal_error
         self._on_windows = on_windows  # encoder windows scored per request, per signal
         self._scan_timeout_s = scan_timeout_s
+        self._scan_wait_s = max(scan_wait_s, scan_timeout_s)
 
     @property
     def needs_classifiers(self) -> bool:
@@ -190,40 +203,47 @@ class SignalEvaluator:
         scans of long texts (keywords: over ``KEYWORD_INLINE_CHARS``), to be awaited (started
         only once every inline one is done, so a rejecting signal leaves no scan behind)."""
         slow: list[tuple[str, Callable[[], Awaitable[SignalResult]]]] = []
+        account = CpuAccount(self._scan_timeout_s)  # the long scans' CPU time, together
         for keyword in self._keywords:
             text = pick(keyword.text_source)
             if len(text) > KEYWORD_INLINE_CHARS:
-                slow.append((keyword.name, partial(self._evaluate_keywords, keyword, text)))
+                slow.append((keyword.name,
+                             partial(self._evaluate_keywords, keyword, text, account)))
             else:
                 results[keyword.name] = keyword.evaluate(text)
         for spec, detector in self._pii:
             text = pick(spec.text_source)
             if len(text) > _INLINE_TEXT_CHARS:
-                slow.append((spec.name, partial(self._evaluate_pii, spec, detector, text)))
+                slow.append((spec.name,
+                             partial(self._evaluate_pii, spec, detector, text, account)))
             else:
                 results[spec.name] = await self._evaluate_pii(spec, detector, text)
         for language, language_detector in self._languages:
             text = pick(language.text_source)
             if len(text) > _INLINE_TEXT_CHARS:
                 slow.append((language.name, partial(self._evaluate_language, language,
-                                                    language_detector, text)))
+                                                    language_detector, text, account)))
             else:
                 results[language.name] = await self._evaluate_language(
                     language, language_detector, text)
         return [_named(name, scan()) for name, scan in slow]
 
-    async def _evaluate_keywords(self, spec: KeywordSpec, text: str) -> SignalResult:
+    async def _evaluate_keywords(self, spec: KeywordSpec, text: str,
+                                 account: CpuAccount) -> SignalResult:
         try:
-            return await _detect(spec.scan, text, self._scan_timeout_s)
+            return await _detect(spec.scan, text, account, self._scan_wait_s)
         except ClassifierTimeout:
             return self._failed("timeout", (spec,))[spec.name]
 
     async def _evaluate_language(self, spec: LanguageSpec, detector: LanguageDetector,
-                                 text: str) -> SignalResult:
+                                 text: str, account: CpuAccount | None = None) -> SignalResult:
         try:
-            guess = await _detect(detector.detect, text, self._scan_timeout_s)
+            guess = await _detect(detector.detect, text,
+                                  account or CpuAccount(self._scan_timeout_s), self._scan_wait_s)
         except ClassifierTimeout:
             return self._failed("timeout", (spec,))[spec.name]
+        except Overloaded:
+            raise  # the router's to answer (`_detect`)
         except Exception:  # a detector bug must take the signal's on_error path
             return self._failed("error", (spec,))[spec.name]
         return SignalResult(spec.name, guess.probability >= spec.threshold, guess.probability,
@@ -240,11 +260,15 @@ class SignalEvaluator:
                 return await self._evaluate_pii(spec, detector, text)
         return None
 
-    async def _evaluate_pii(self, spec: PiiSpec, detector: PiiDetector, text: str) -> SignalResult:
+    async def _evaluate_pii(self, spec: PiiSpec, detector: PiiDetector, text: str,
+                            account: CpuAccount | None = None) -> SignalResult:
         try:
-            findings = await _detect(detector.detect, text, self._scan_timeout_s)
+            findings = await _detect(detector.detect, text,
+                                     account or CpuAccount(self._scan_timeout_s), self._scan_wait_s)
         except ClassifierTimeout:
             return self._failed("timeout", (spec,))[spec.name]
+        except Overloaded:
+            raise  # the router's to answer (`_detect`)
         except Exception:  # a detector bug must take the signal's on_error path, not the request
             return self._failed("error", (spec,))[spec.name]
         kept = [f for f in findings if f.score >= spec.threshold]
@@ -319,7 +343,8 @@ class SignalEvaluator:
                 self._on_signal_error(spec.name, kind,
                                       "fallback" if hit is not None else spec.on_error)
             if hit is not None:
-                results[spec.name] = SignalResult(spec.name, True, 1.0, "fallback", error=kind)
+                results[spec.name] = SignalResult(spec.name, True, 1.0, FALLBACK_LABEL,
+                                                  error=kind)
                 continue
             if spec.on_error == "reject":
                 raise ServiceUnavailable(
