@@ -45,6 +45,7 @@ class TextSource(Enum):
     ALL_USER = "all_user"
     CONVERSATION = "conversation"
     TOOLS = "tools"  # the names of the tools the request offers, one per line
+    INSTRUCTIONS = "instructions"  # system and developer messages (Responses: `instructions`)
 
 
 # recent_user: a last user message shorter than this (about six words: "why?", "and in Rust?")
@@ -180,7 +181,9 @@ class OpenAIRequest:
         if source is TextSource.TOOLS:
             return "\n".join(self.tool_names)
         if self.endpoint is Endpoint.COMPLETIONS:
-            return self.prompt_text
+            return "" if source is TextSource.INSTRUCTIONS else self.prompt_text
+        if source is TextSource.INSTRUCTIONS:
+            return "\n".join(m.text for m in self.messages if m.role in ("system", "developer"))
         if source is TextSource.LAST_USER:
             for message in reversed(self.messages):
                 if message.role == "user":

@@ -10,7 +10,9 @@ from __future__ import annotations
 _LEARNED = "signals[type=domain,jailbreak,embedding,sequence,token]"
 _TEXT_SOURCE = ("what this signal reads, overriding `router.text_source` (e.g. `all_user` for "
                 "a guard that must see every user turn; `tools`: the names of the tools the "
-                "request offers, one per line); unset: `router.text_source`")
+                "request offers, one per line; `instructions`: the system and developer "
+                "messages, and a Responses request's `instructions`); unset: "
+                "`router.text_source`")
 _BACKEND = "providers.models[].backend_refs[]"
 
 DESCRIPTIONS: dict[str, str] = {

@@ -125,7 +125,8 @@ class ProbeSettings(Strict):
     startup_timeout_s: float = Field(default=3.0, ge=0, le=120)
 
 
-TextSourceName = Literal["last_user", "recent_user", "all_user", "conversation", "tools"]
+TextSourceName = Literal["last_user", "recent_user", "all_user", "conversation", "tools",
+                         "instructions"]
 
 
 class RouterSettings(Strict):
