@@ -64,6 +64,8 @@ _IDENTIFIER_LABEL = re.compile(
     r"\b(?:imei|iccid|meid|siret|siren|ean|gtin|upc|isbn|issn|asin|sku|part|order|invoice|"
     r"tracking|serial|ticket|booking|reference|ref|lot|batch|barcode)\b[^0-9\n]{0,12}$",
     re.IGNORECASE)
+_GLUED_BEFORE = re.compile(r"[0-9][-./]$")
+_GLUED_AFTER = re.compile(r"[-./][0-9]")
 # Placeholder keys: a repeated filler character, or a word that says so.
 _FILLER = re.compile(r"([xX*0.#_-])\1{7,}")
 _PLACEHOLDER_WORDS = re.compile(
@@ -93,10 +95,16 @@ class Refiner:
         if entity == "CREDIT_CARD":
             return self._card(value, context)
         if entity == "US_SSN":
-            return context or not any(c in value for c in " .")
+            return context or not (any(c in value for c in " .") or self._glued(start, end))
         if entity == "API_KEY":
             return not placeholder_key(value)
         return True
+
+    def _glued(self, start: int, end: int) -> bool:
+        """The number runs on into more digits through a dash, dot or slash ("ISBN
+        978-960-16-4567-4", "1-800-555-12-3456"): a piece of a longer identifier."""
+        return (_GLUED_BEFORE.search(self._text, max(0, start - 2), start) is not None
+                or _GLUED_AFTER.match(self._text, end) is not None)
 
     def _labelled(self, start: int) -> bool:
         """The number is labelled as another identifier just before it ("IMEI", "part no.",

@@ -97,6 +97,17 @@ def test_other_nine_digit_runs_are_not_ssns(text: str) -> None:
     assert [t for t, _ in found(text)] == []
 
 
+@pytest.mark.parametrize(("text", "ssns"), [
+    ("Is ISBN 978-960-16-4567-4 valid? How is its check digit computed?", 0),  # inside an ISBN
+    ("part 12-536-22-1847 is out of stock", 0),
+    ("firmware 2.536-22-1847.4 crashed", 0),
+    ("call 536-22-1847 about it", 1),                        # on its own: an SSN's shape
+    ("My SSN is 536-22-1847-0, the last digit a typo", 1),   # with its word, kept
+])
+def test_an_ssn_shape_inside_a_longer_identifier_is_not_an_ssn(text: str, ssns: int) -> None:
+    assert [t for t, _ in found(text)] == ["US_SSN"] * ssns, found(text)
+
+
 @pytest.mark.parametrize("key", [
     "sk_test_xxxxxxxxxxxxxxxxxxxxxxxx",
     "ghp_XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX",
