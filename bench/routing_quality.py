@@ -22,7 +22,9 @@ and `guard_prompts_intl_heldout.jsonl` (160: attacks in twenty languages and emo
 framings, everyday prompts in those languages, PII in them), are the held-out checks now:
 never tune on them. `guard_prompts_intl_tuning.jsonl` (written with it, the same kinds) and
 `benign_intl_lookalikes.jsonl` (400 harmless prompts in twenty languages built to tempt the
-guards) were read while writing `foreign_attacks`.
+guards) were read while writing `foreign_attacks`; `system_prompts_tuning.jsonl` (220 product
+system prompts, 60 attacks in the system or developer message) while writing the
+instruction guards.
 """
 
 from __future__ import annotations

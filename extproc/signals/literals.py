@@ -16,6 +16,8 @@ from __future__ import annotations
 import bisect
 import importlib
 import re
+import sys
+from dataclasses import dataclass
 from typing import Any
 
 from extproc.signals.trie import trie_source
@@ -35,16 +37,46 @@ def required_literals(source: str, flags: int = 0) -> frozenset[str] | None:
     return _sequence(_parser.parse(source, flags).data)
 
 
-def literal_gate(sources: list[str], flags: int = 0) -> tuple[re.Pattern[str], ...] | None:
-    """Patterns finding any required literal of any of ``sources`` (compiled with ``flags``,
-    as the sources are), one per script of first characters, or None where one source has
-    none. Some pattern finds something in every text one of ``sources`` matches."""
-    words: set[str] = set()
-    for source in sources:
-        found = required_literals(source, flags)
-        if found is None:
+@dataclass(frozen=True, slots=True)
+class LiteralGate:
+    """A list of regexes behind its literals: ``admits`` a text holding any of them; then
+    ``search`` runs only the regexes whose own literals are there."""
+
+    any_of: tuple[re.Pattern[str], ...]
+    parts: tuple[tuple[tuple[re.Pattern[str], ...], re.Pattern[str]], ...]
+
+    def admits(self, text: str, start: int = 0, end: int = sys.maxsize) -> bool:
+        return any(g.search(text, start, end) for g in self.any_of)
+
+    def search(self, text: str) -> re.Match[str] | None:
+        """The match the list's alternation finds: the leftmost, the first regex at a tie."""
+        if not self.admits(text):
             return None
-        words |= found
+        best = None
+        for gates, pattern in self.parts:
+            if not any(g.search(text) for g in gates):
+                continue
+            found = pattern.search(text)
+            if found is not None and (best is None or found.start() < best.start()):
+                best = found
+        return best
+
+
+def literal_gate(sources: list[str], flags: int = 0) -> LiteralGate | None:
+    """The gate of ``sources`` (compiled with ``flags``, as the sources are): one trie per
+    script of first characters for the whole list, and per source; None where one source
+    has no required literal."""
+    found = [required_literals(source, flags) for source in sources]
+    if any(words is None for words in found):
+        return None
+    words_of = [words for words in found if words is not None]
+    union = set().union(*words_of)
+    parts = tuple((_tries(words, flags), re.compile(source, flags))
+                  for source, words in zip(sources, words_of, strict=True))
+    return LiteralGate(_tries(union, flags), parts)
+
+
+def _tries(words: set[str] | frozenset[str], flags: int) -> tuple[re.Pattern[str], ...]:
     scripts: dict[int, list[str]] = {}
     for word in sorted(words):
         scripts.setdefault(_script(word[0]), []).append(word)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from classifiers.scan import ScanBudget, windows
 from extproc.decision import SignalResult
-from extproc.signals.literals import literal_gate
+from extproc.signals.literals import LiteralGate, literal_gate
 from extproc.signals.trie import trie_source
 
 # Keyword signals read texts longer than this in budgeted chunks on a thread (KeywordSpec.scan)
@@ -35,16 +35,15 @@ class KeywordSpec:
     fold: bool = False
     """The patterns were compiled case-sensitively from casefolded keywords
     (``casefold_safe``): the text is casefolded before matching."""
-    gate: tuple[re.Pattern[str], ...] | None = None
+    gate: LiteralGate | None = None
     """For ``any`` over regexes: one of the literals every match needs (``literals``); a text
     without any is not searched further."""
 
     def evaluate(self, text: str) -> SignalResult:
         if self.fold:
             text = fold_case(text)
-        if self.gate is not None and not any(g.search(text) for g in self.gate):
-            return _keyword_result(self.name, None)
-        first = self.patterns[0].search(text)
+        first = (self.patterns[0].search(text) if self.gate is None
+                 else self.gate.search(text))
         # match all: the others are searched only while every one matches
         if (first is not None and self.match_all
                 and not all(p.search(text) for p in self.patterns[1:])):
@@ -68,8 +67,8 @@ class KeywordSpec:
             for window in chunks:
                 if budget is not None:
                     budget.check()
-                if self.gate is not None and not any(
-                        g.search(text, window.start, window.end) for g in self.gate):
+                if self.gate is not None and not self.gate.admits(text, window.start,
+                                                                  window.end):
                     continue
                 for match in pattern.finditer(text, window.start, window.end):
                     if match.start() >= window.own_start:
@@ -178,7 +177,7 @@ def casefold_safe(keywords: list[str], *, regex: bool) -> bool:
 
 
 def keyword_gate(keywords: list[str], *, regex: bool, case_sensitive: bool, match_all: bool,
-                 fold: bool = False) -> tuple[re.Pattern[str], ...] | None:
+                 fold: bool = False) -> LiteralGate | None:
     """The literal gate (``literals.literal_gate``) of an ``any`` list of regexes, compiled
     as ``compile_keywords`` compiles the list; None for literal lists (already one trie)."""
     if not regex or match_all:
