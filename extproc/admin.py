@@ -75,6 +75,7 @@ class WorkerRoutes:
                  logger: logging.Logger) -> None:
         self._registry = registry
         self._token_env = token_env
+        self._logger = logger
         # stripped like the header's value: a secret mounted from a file ends in a newline
         self._token = os.environ.get(token_env, "").strip() if token_env else ""
         if token_env and not self._token:
@@ -100,12 +101,20 @@ class WorkerRoutes:
         scheme, _, given = request.headers.get("authorization", "").partition(" ")
         if scheme.lower() != "bearer" or not hmac.compare_digest(
                 given.strip().encode(), self._token.encode()):
+            # an audit trail for SREs: who tried, never what they sent
+            self._logger.warning("worker write refused: missing or invalid bearer token",
+                                 extra={"method": request.method, "path": request.path[:200],
+                                        "peer": request.remote})
             return _error(401, "missing or invalid bearer token", None, "unauthorized")
         return None
 
     async def _post(self, request: web.Request) -> web.Response:
         if (denied := self._denied(request)) is not None:
             return denied
+        media = request.headers.get("content-type", "application/json").split(";")[0].strip()
+        if media.lower() != "application/json" and not media.lower().endswith("+json"):
+            return _error(415, f"content-type must be application/json, not {media[:100]!r}",
+                          None, "unsupported_media_type")
         raw = await request.content.read(MAX_BODY_BYTES + 1)
         if len(raw) > MAX_BODY_BYTES:
             return _error(413, f"body larger than {MAX_BODY_BYTES} bytes", None,

@@ -47,7 +47,10 @@ class DownstreamTimeouts:
     request_s: float = 300.0
 
 
-DEFAULT_TIMEOUTS = DownstreamTimeouts()
+def downstream_timeouts(config: RouterConfig) -> DownstreamTimeouts:
+    """The config's ``listener.request_headers_timeout_s`` and ``request_timeout_s``."""
+    return DownstreamTimeouts(config.listener.request_headers_timeout_s,
+                              config.listener.request_timeout_s)
 
 
 def _lua(code: str) -> dict[str, Any]:
@@ -277,7 +280,7 @@ def _request_timeout_message(timeouts: DownstreamTimeouts) -> str:
 
 
 def local_reply_config(config: RouterConfig,
-                       timeouts: DownstreamTimeouts = DEFAULT_TIMEOUTS) -> dict[str, Any]:
+                       timeouts: DownstreamTimeouts | None = None) -> dict[str, Any]:
     """Envoy's own local replies (413 from its buffer, 4xx for requests it refuses to parse,
     5xx when a backend or the router is unreachable) get the OpenAI error shape too. The
     router's replies carry the details ``IMMEDIATE_DETAILS`` and are left as they are.
@@ -287,6 +290,7 @@ def local_reply_config(config: RouterConfig,
     messages are fixed text naming Envoy's response code details (``http1.codec_error``,
     ``no_healthy_upstream``), never an empty string."""
     ours = f"response.code_details != '{IMMEDIATE_DETAILS}'"
+    timeouts = timeouts if timeouts is not None else downstream_timeouts(config)
     limit = config.listener.max_request_bytes
     auth = [
         {"filter": _cel(f"response.code_details == '{details}'"),

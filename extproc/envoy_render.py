@@ -21,8 +21,8 @@ from extproc.config import RouterConfig
 from extproc.config.runtime import split_host_port
 from extproc.envoy_clusters import EXTPROC_CLUSTER, clusters, socket_address
 from extproc.envoy_filters import (
-    DEFAULT_TIMEOUTS,
     DownstreamTimeouts,
+    downstream_timeouts,
     http_filters,
     local_reply_config,
     one_message_override,
@@ -165,8 +165,9 @@ def virtual_host(config: RouterConfig) -> dict[str, Any]:
 
 
 def listener(config: RouterConfig, secrets: Secrets | None = None,
-             timeouts: DownstreamTimeouts = DEFAULT_TIMEOUTS) -> dict[str, Any]:
+             timeouts: DownstreamTimeouts | None = None) -> dict[str, Any]:
     host, port = split_host_port(config.listener.address)
+    timeouts = timeouts if timeouts is not None else downstream_timeouts(config)
     return {
         "name": LISTENER_NAME,
         "address": socket_address(host, port),
@@ -215,11 +216,12 @@ def listener(config: RouterConfig, secrets: Secrets | None = None,
 
 def bootstrap(config: RouterConfig, grpc_address: str | None = None,
               secrets: Secrets | None = None, *,
-              timeouts: DownstreamTimeouts = DEFAULT_TIMEOUTS) -> dict[str, Any]:
+              timeouts: DownstreamTimeouts | None = None) -> dict[str, Any]:
     """A complete Envoy bootstrap; ``grpc_address`` overrides where the router listens.
     ``secrets`` (default: read from the files and variables the config names) are written
     in clear: client API keys and, with fail-open, backend keys (see ``envoy_secret_paths``).
-    ``timeouts``: how long clients may take to send a request (``DownstreamTimeouts``)."""
+    ``timeouts``: how long clients may take to send a request (``DownstreamTimeouts``;
+    default: the config's ``listener.request_headers_timeout_s`` and ``request_timeout_s``)."""
     secrets = secrets if secrets is not None else envoy_secrets(config)
     admin_host, admin_port = split_host_port(config.listener.admin)
     return {

@@ -57,7 +57,7 @@ async def test_a_port_taken_after_the_check_still_fails_cleanly(
     # a StartupError, and the half-made grpc server is collected while the loop runs (the
     # warnings-as-errors setting turns its "Exception ignored" into a failure)
     busy = f"127.0.0.1:{holder.getsockname()[1]}"
-    config = load_config_text(CONFIG.format(grace=10, **{**serve_ports(), "grpc": 1, "admin": 1}))
+    config = load_config_text(CONFIG.format(grace=10, **{**serve_ports(), "grpc": 1, "admin": 2}))
     checked: list[str] = []
 
     def bind_problem(address: str) -> str | None:  # passes the two start-up checks only

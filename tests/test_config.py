@@ -383,3 +383,12 @@ def test_ambiguous_provider_id_is_not_an_explicit_name() -> None:
 def test_cluster_name_for_keeps_safe_characters() -> None:
     assert cluster_name_for("local/qwen:7b") == "local_qwen_7b"
     assert cluster_name_for("a-b.c_d") == "a-b.c_d"
+
+
+def test_listening_addresses_must_differ() -> None:
+    """A router admin port on Envoy's listener would fail only at start-up, half started."""
+    text = Path("config/default.yaml").read_text(encoding="utf-8").replace(
+        "\nrouter:\n", "\nrouter:\n  admin: 127.0.0.1:8899\n", 1)
+    with pytest.raises(ConfigError) as err:
+        load_config_text(text)
+    assert "router.admin: '127.0.0.1:8899' is also listener.address" in str(err.value)

@@ -72,6 +72,20 @@ async def test_token_from_the_environment_is_stripped(admin: httpx.AsyncClient,
     assert wrong.status_code == 401
 
 
+async def test_refused_writes_are_logged_without_the_token_and_text_is_415(
+        admin: httpx.AsyncClient, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="test.router"):
+        wrong = await admin.post("/v1/workers", json=worker("w2", 1),
+                                 headers={"authorization": "Bearer not-the-token-42"})
+    assert wrong.status_code == 401
+    (record,) = [r for r in caplog.records if "refused" in r.getMessage()]
+    assert record.path == "/v1/workers" and record.method == "POST"  # type: ignore[attr-defined]
+    assert "not-the-token-42" not in caplog.text and "tok-from-a-secret" not in caplog.text
+    text = await admin.post("/v1/workers", content=b'{"worker_id": "w2"}',
+                            headers={"content-type": "text/plain"})
+    assert text.status_code == 415 and text.json()["error"]["code"] == "unsupported_media_type"
+
+
 @pytest.mark.parametrize(("changes", "words"), [
     ({"worker_id": "wnl\n"}, "must match"),
     ({"runtime": "cuda\n"}, "must match"),

@@ -26,6 +26,14 @@ DESCRIPTIONS: dict[str, str] = {
         "seconds gets a 504 `timeout` error with `x-should-retry: false` (Envoy's "
         "`stream_idle_timeout`; its own default, 300 s, cuts long generations that are not "
         "streamed); 0 = never",
+    "listener.request_headers_timeout_s": "a client must send its request headers within "
+        "this many seconds of the request's first byte, else 408 `request_timeout` (Envoy's "
+        "`request_headers_timeout`: clients trickling headers to hold streams open); 0 = no "
+        "limit",
+    "listener.request_timeout_s": "a client must send its whole request within this many "
+        "seconds, else 408 `request_timeout` (Envoy's `request_timeout`, disarmed once the "
+        "request has passed the filters or a response starts: it never cuts an answer or a "
+        "stream); 0 = no limit",
     "listener.auth": "client API keys, checked by Envoy's `api_key_auth` filter on every "
         "request (see [Security](#security)); off when unset",
     "listener.auth.api_keys_file": "file of client keys: one per line, optionally "

@@ -118,6 +118,22 @@ def load_config_text(text: str, source: str = "") -> RouterConfig:
     return config
 
 
+def _address_clashes(parsed: RouterFile) -> list[str]:
+    """The four listening addresses must differ (port 0: any free port, never a clash)."""
+    seen: dict[str, str] = {}
+    errors = []
+    for path, address in (("listener.address", parsed.listener.address),
+                          ("listener.admin", parsed.listener.admin),
+                          ("router.grpc", parsed.router.grpc),
+                          ("router.admin", parsed.router.admin)):
+        if address.endswith(":0"):
+            continue
+        if address in seen:
+            errors.append(f"{path}: '{address}' is also {seen[address]}")
+        seen.setdefault(address, path)
+    return errors
+
+
 def _compile(parsed: RouterFile, errors: list[str]) -> RouterConfig | None:
     models = _models(parsed, errors)
     signals = _signals(parsed, errors)
@@ -133,6 +149,7 @@ def _compile(parsed: RouterFile, errors: list[str]) -> RouterConfig | None:
         if name in models:
             errors.append(f"router.auto_model_names[{i}]: '{name}' is also a model name")
     pii_signal = _pii_policy_signal(parsed, errors)
+    errors.extend(_address_clashes(parsed))
     if models:
         from extproc.workers import static_workers  # lazy: extproc.workers imports this package
 

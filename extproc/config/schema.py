@@ -111,6 +111,10 @@ class ListenerSettings(Strict):
     # Envoy's stream_idle_timeout: a request whose backend sends nothing for this long gets
     # a 504 (Envoy's default, 300 s, cut long non-streamed generations); 0 = never
     stream_idle_timeout_s: float = Field(default=900.0, ge=0, le=86400)
+    # how long a client may take to send its request (Envoy's request_headers_timeout and
+    # request_timeout; the latter is disarmed once the request is in); 0 = no limit
+    request_headers_timeout_s: float = Field(default=10.0, ge=0, le=3600)
+    request_timeout_s: float = Field(default=300.0, ge=0, le=86400)
     auth: AuthSettings | None = None
 
 
