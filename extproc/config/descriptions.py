@@ -185,7 +185,8 @@ DESCRIPTIONS: dict[str, str] = {
         "applies. For a guard: the classic override phrases, so load cannot switch it off",
     f"{_LEARNED}.device": "where this signal's model runs, overriding `classifiers.device`",
     "signals[type=pii].entity_types": "the PII entity types wanted (e.g. `[CREDIT_CARD]`); "
-        "unset: all",
+        "unset: all of Presidio's (`NATIONAL_ID`, other countries' identity numbers, only "
+        "when named)",
     "signals[type=pii].threshold": "lowest recognizer confidence that counts",
     "signals[type=language].languages": "ISO 639-1 codes to choose among (e.g. `[en, de, fr]`); "
         "unset: all 97 the model knows",
