@@ -100,8 +100,8 @@ _KINDS: tuple[tuple[str, str, Callable[[str], bool]], ...] = (
     (r"\b(?:dni|nie|nif)\b", r"[xyz]?\d{7,8}-?[a-z]", _dni),
     (r"\bbsn\b|burgerservicenummer|sofinummer", r"\d{4}\.?\d{2}\.?\d{3}", _digits(_bsn)),
     (r"\bpesel\b", r"\d{11}", _digits(_pesel)),
-    (r"codice\s+fiscale|\bcod\.?\s*fisc\.?|\bc\.f\.", r"[a-z]{6}\d{2}[a-ehlmpr-t]\d{2}[a-z]\d{3}[a-z]",
-     _codice_fiscale),
+    (r"codice\s+fiscale|\bcod\.?\s*fisc\.?|\bc\.f\.",
+     r"[a-z]{6}\d{2}[a-ehlmpr-t]\d{2}[a-z]\d{3}[a-z]", _codice_fiscale),
     (r"national\s+insurance(?:\s+number)?|\bni\s+number\b|\bnino\b",
      r"[a-z]{2}\s?\d{2}\s?\d{2}\s?\d{2}\s?[a-d]", _nino),
 )
