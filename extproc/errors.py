@@ -14,6 +14,7 @@ RouterError                       -> {"error": {"message", "type", "param", "cod
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 
 
@@ -101,11 +102,14 @@ class ServiceUnavailable(RouterError):
         super().__init__(message, headers={"retry-after": RETRY_AFTER_S})
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def error_body(message: str, error_type: str, param: str | None, code: str | None) -> bytes:
     """The OpenAI error shape every client SDK understands. A message quoting the client's
     input may hold a lone surrogate (a JSON escape, or a header's non-UTF-8 byte): it is
     written as U+FFFD, since an escaped lone surrogate is JSON strict parsers refuse."""
     if not message.isascii():
-        message = message.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+        message = _SURROGATE.sub("\ufffd", message)  # one U+FFFD each, as the text showed
     payload = {"error": {"message": message, "type": error_type, "param": param, "code": code}}
     return json.dumps(payload, ensure_ascii=False).encode("utf-8")

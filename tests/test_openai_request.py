@@ -444,4 +444,4 @@ def test_error_body_with_a_lone_surrogate_is_json() -> None:
                           "model", "model_not_found")
         assert b"\\ud" not in body  # strict parsers refuse escaped lone surrogates
         message = json.loads(body.decode("utf-8"))["error"]["message"]
-        assert message.startswith("The model 'auto\ufffd") and message.endswith("' does not exist.")
+        assert message == "The model 'auto\ufffd' does not exist."  # one U+FFFD, not three
