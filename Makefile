@@ -33,6 +33,7 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/codec.py
+	$(BIN)/python bench/keyword_cost.py
 	$(BIN)/python bench/classifiers.py
 	$(BIN)/python bench/classifiers.py --long
 	$(BIN)/python bench/overhead.py
