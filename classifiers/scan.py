@@ -62,7 +62,6 @@ class ScanBudget:
     waits in wall time is its own bound (``extproc.signals.evaluator._detect``)."""
 
     def __init__(self, seconds: float, account: CpuAccount | None = None) -> None:
-        self.seconds = seconds
         self.account = account if account is not None else CpuAccount(seconds)
         self.chunks = 0
         self._last: float | None = None  # the scanning thread's CPU clock at its last check

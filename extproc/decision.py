@@ -167,12 +167,14 @@ def holds_on_failures_only(
     """Whether ``outcome``'s decision holds only through signals that failed and matched by
     their ``on_error: match`` (a text too long to scan): read as unmatched, its rule fails.
     A failed learned signal that matched on its ``fallback_keywords`` found them: it counts."""
-    if not any(_matched_on_failure(r) for r in results.values()):
+    if not any(matched_on_failure(r) for r in results.values()):
         return False
-    clean = {name: replace(r, matched=False) if _matched_on_failure(r) else r
+    clean = {name: replace(r, matched=False) if matched_on_failure(r) else r
              for name, r in results.items()}
     return not any(d.name == outcome.decision and rule_matches(d.rule, clean) for d in decisions)
 
 
-def _matched_on_failure(result: SignalResult) -> bool:
+def matched_on_failure(result: SignalResult) -> bool:
+    """Matched only as the failed signal's ``on_error: match`` (fallback phrases found count
+    as found)."""
     return result.matched and result.error is not None and result.label != FALLBACK_LABEL

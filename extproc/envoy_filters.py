@@ -2,13 +2,12 @@
 api_key_auth filter (client keys inline: see ``extproc.security``), a Lua filter that sets the
 default cluster and drops client-sent routing headers, the ext_proc filter, with fail-open a
 second Lua filter that maps model names while the router is unreachable, and the local-reply
-mapping that gives Envoy's own errors the OpenAI error shape (with the client-side timeouts it
-names, ``DownstreamTimeouts``)."""
+mapping that gives Envoy's own errors the OpenAI error shape (a 408 names the client-side
+timeouts, ``listener.request_headers_timeout_s`` and ``request_timeout_s``)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from extproc.config import RouterConfig
@@ -29,28 +28,6 @@ ROUTE_FROM_METADATA_FILTER = "semantic_router.route_from_metadata"
 # response_code_details of Envoy's api_key_auth filter (verified on Envoy 1.40)
 AUTH_DETAILS = {"missing_api_key": "missing API key; send 'Authorization: Bearer <key>'",
                 "unknown_api_key": "incorrect API key provided"}
-
-
-@dataclass(frozen=True)
-class DownstreamTimeouts:
-    """How long a client may take to send its request (Envoy's defaults: no limit, so a client
-    trickling its headers held a stream until ``stream_idle_timeout``).
-
-    ``headers_s`` (``request_headers_timeout``): from the request's first byte to the end of its
-    headers. ``request_s`` (``request_timeout``): from the first byte until the whole request
-    has passed the filters (body upload plus the router's decision), disarmed as soon as that
-    happens or a response starts, so it never cuts a long generation or an SSE stream; 300 s
-    is Envoy's edge-proxy recommendation and leaves 8 MiB a 256 kbit/s uplink. Both answer 408
-    in the OpenAI error shape. 0 = no limit."""
-
-    headers_s: float = 10.0
-    request_s: float = 300.0
-
-
-def downstream_timeouts(config: RouterConfig) -> DownstreamTimeouts:
-    """The config's ``listener.request_headers_timeout_s`` and ``request_timeout_s``."""
-    return DownstreamTimeouts(config.listener.request_headers_timeout_s,
-                              config.listener.request_timeout_s)
 
 
 def _lua(code: str) -> dict[str, Any]:
@@ -271,16 +248,21 @@ def _openai_error(message: str, error_type: str, code: str | None) -> dict[str, 
                                       "code": code}}}
 
 
-def _request_timeout_message(timeouts: DownstreamTimeouts) -> str:
+def _request_timeout_message(config: RouterConfig) -> str:
+    """How long a client may take to send its request (0 = no limit): Envoy's
+    ``request_headers_timeout`` from its first byte to the end of its headers, and
+    ``request_timeout`` until the whole request has passed the filters, disarmed once that
+    happens or a response starts (it never cuts a generation or an SSE stream)."""
+    listener = config.listener
     limits = [f"{part} within {seconds:g} s" for part, seconds in
-              (("its headers", timeouts.headers_s), ("all of it", timeouts.request_s))
+              (("its headers", listener.request_headers_timeout_s),
+               ("all of it", listener.request_timeout_s))
               if seconds]
     return ("the request was not received in time (%RESPONSE_CODE_DETAILS%)"
             + ("; send " + " and ".join(limits) if limits else ""))
 
 
-def local_reply_config(config: RouterConfig,
-                       timeouts: DownstreamTimeouts | None = None) -> dict[str, Any]:
+def local_reply_config(config: RouterConfig) -> dict[str, Any]:
     """Envoy's own local replies (413 from its buffer, 4xx for requests it refuses to parse,
     5xx when a backend or the router is unreachable) get the OpenAI error shape too. The
     router's replies carry the details ``IMMEDIATE_DETAILS`` and are left as they are.
@@ -290,7 +272,6 @@ def local_reply_config(config: RouterConfig,
     messages are fixed text naming Envoy's response code details (``http1.codec_error``,
     ``no_healthy_upstream``), never an empty string."""
     ours = f"response.code_details != '{IMMEDIATE_DETAILS}'"
-    timeouts = timeouts if timeouts is not None else downstream_timeouts(config)
     limit = config.listener.max_request_bytes
     auth = [
         {"filter": _cel(f"response.code_details == '{details}'"),
@@ -314,7 +295,7 @@ def local_reply_config(config: RouterConfig,
         # request_overall_timeout): a slow upload, or a connection held open on purpose
         {"filter": _cel(f"{ours} && response.code == 408"),
          "body_format_override": _openai_error(
-             _request_timeout_message(timeouts), "invalid_request_error", "request_timeout")},
+             _request_timeout_message(config), "invalid_request_error", "request_timeout")},
         # A request Envoy's codec cannot take (`transfer-encoding: gzip, chunked`): 501 in
         # HTTP terms, but the client's mistake, so a 400 like any malformed request.
         {"filter": _cel(f"{ours} && response.code == 501"),

@@ -8,7 +8,8 @@ sets the default cluster and overwrites any client-sent cluster header (so fail-
 let clients pick a backend), and per-decision stats come from virtual clusters keyed on the
 decision header, which is stripped before requests reach a backend (as is ``expect``).
 The listener takes HTTP/1.0 (nginx's default upstream protocol) and bounds how long a client
-may take to send its request (``DownstreamTimeouts``), never how long the answer takes.
+may take to send its request (``listener.request_headers_timeout_s``, ``request_timeout_s``),
+never how long the answer takes.
 """
 
 from __future__ import annotations
@@ -21,8 +22,6 @@ from extproc.config import RouterConfig
 from extproc.config.runtime import split_host_port
 from extproc.envoy_clusters import EXTPROC_CLUSTER, clusters, socket_address
 from extproc.envoy_filters import (
-    DownstreamTimeouts,
-    downstream_timeouts,
     http_filters,
     local_reply_config,
     one_message_override,
@@ -40,8 +39,7 @@ from extproc.names import (
 from extproc.openai_request import ENDPOINTS
 from extproc.security import Secrets, envoy_secrets
 
-__all__ = ["EXTPROC_CLUSTER", "LISTENER_NAME", "DownstreamTimeouts", "bootstrap", "fragment",
-           "to_yaml"]
+__all__ = ["EXTPROC_CLUSTER", "LISTENER_NAME", "bootstrap", "fragment", "to_yaml"]
 
 LISTENER_NAME = "semantic_router"
 _PREVIOUS_HOSTS = ("type.googleapis.com/envoy.extensions.retry.host.previous_hosts.v3."
@@ -164,10 +162,8 @@ def virtual_host(config: RouterConfig) -> dict[str, Any]:
     }
 
 
-def listener(config: RouterConfig, secrets: Secrets | None = None,
-             timeouts: DownstreamTimeouts | None = None) -> dict[str, Any]:
+def listener(config: RouterConfig, secrets: Secrets | None = None) -> dict[str, Any]:
     host, port = split_host_port(config.listener.address)
-    timeouts = timeouts if timeouts is not None else downstream_timeouts(config)
     return {
         "name": LISTENER_NAME,
         "address": socket_address(host, port),
@@ -185,8 +181,9 @@ def listener(config: RouterConfig, secrets: Secrets | None = None,
                             "max_request_headers_kb": MAX_REQUEST_HEADERS_KB,
                             "stream_idle_timeout":
                                 f"{config.listener.stream_idle_timeout_s:g}s",
-                            "request_headers_timeout": f"{timeouts.headers_s:g}s",
-                            "request_timeout": f"{timeouts.request_s:g}s",
+                            "request_headers_timeout":
+                                f"{config.listener.request_headers_timeout_s:g}s",
+                            "request_timeout": f"{config.listener.request_timeout_s:g}s",
                             "http_protocol_options": {
                                 "accept_http_10": True,
                                 "default_host_for_http_10": HTTP10_DEFAULT_HOST,
@@ -200,7 +197,7 @@ def listener(config: RouterConfig, secrets: Secrets | None = None,
                                     },
                                 }
                             ],
-                            "local_reply_config": local_reply_config(config, timeouts),
+                            "local_reply_config": local_reply_config(config),
                             "route_config": {
                                 "name": LISTENER_NAME,
                                 "virtual_hosts": [virtual_host(config)],
@@ -215,20 +212,17 @@ def listener(config: RouterConfig, secrets: Secrets | None = None,
 
 
 def bootstrap(config: RouterConfig, grpc_address: str | None = None,
-              secrets: Secrets | None = None, *,
-              timeouts: DownstreamTimeouts | None = None) -> dict[str, Any]:
+              secrets: Secrets | None = None) -> dict[str, Any]:
     """A complete Envoy bootstrap; ``grpc_address`` overrides where the router listens.
     ``secrets`` (default: read from the files and variables the config names) are written
-    in clear: client API keys and, with fail-open, backend keys (see ``envoy_secret_paths``).
-    ``timeouts``: how long clients may take to send a request (``DownstreamTimeouts``;
-    default: the config's ``listener.request_headers_timeout_s`` and ``request_timeout_s``)."""
+    in clear: client API keys and, with fail-open, backend keys (see ``envoy_secret_paths``)."""
     secrets = secrets if secrets is not None else envoy_secrets(config)
     admin_host, admin_port = split_host_port(config.listener.admin)
     return {
         "node": {"id": "semantic-router-envoy", "cluster": "semantic-router"},
         "admin": {"address": socket_address(admin_host, admin_port)},
         "static_resources": {
-            "listeners": [listener(config, secrets, timeouts)],
+            "listeners": [listener(config, secrets)],
             "clusters": clusters(config, grpc_address),
         },
     }

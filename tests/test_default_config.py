@@ -284,12 +284,18 @@ def test_a_retraction_of_ones_own_words_outweighs_the_jailbreak_head(
 ) -> None:
     """`retractions`: the head alone (scored as a match here) does not refuse a short user
     text taking back its own earlier words; attack vocabulary or length keeps the refusal."""
+    assert _head_alone_refuses("retractions", text) is refused
+
+
+def _head_alone_refuses(exemption: str, text: str) -> bool:
+    """Whether the embedded defaults refuse ``text`` on a jailbreak-head match alone, with
+    the keyword signal ``exemption`` (which can outweigh the head) read on it."""
     config = load_config(DEFAULT_YAML)
-    (spec,) = [s for s in config.signals if s.name == "retractions"]
+    (spec,) = [s for s in config.signals if s.name == exemption]
     assert isinstance(spec, KeywordSpec)
     results = {"jailbreak": SignalResult("jailbreak", True, 0.9, "jailbreak"),
-               "retractions": spec.evaluate(text)}
-    assert (decide(config.decisions, results, "general").decision == "jailbreak") is refused
+               exemption: spec.evaluate(text)}
+    return decide(config.decisions, results, "general").decision == "jailbreak"
 
 
 @pytest.mark.parametrize(("text", "refused"), [
@@ -307,12 +313,7 @@ def test_a_short_definition_question_outweighs_the_jailbreak_head(
 ) -> None:
     """`definition_questions`: the English head reads a mostly non-English question naming
     "system prompt" as extraction; a short "what is ..." that addresses no one is answered."""
-    config = load_config(DEFAULT_YAML)
-    (spec,) = [s for s in config.signals if s.name == "definition_questions"]
-    assert isinstance(spec, KeywordSpec)
-    results = {"jailbreak": SignalResult("jailbreak", True, 0.9, "jailbreak"),
-               "definition_questions": spec.evaluate(text)}
-    assert (decide(config.decisions, results, "general").decision == "jailbreak") is refused
+    assert _head_alone_refuses("definition_questions", text) is refused
 
 
 def test_cli_validate_warns_about_an_unset_backend_key_variable(

@@ -19,7 +19,6 @@ from extproc.envoy_process import validate_config
 from extproc.envoy_render import (
     EXTPROC_CLUSTER,
     HTTP10_DEFAULT_HOST,
-    DownstreamTimeouts,
     at_most_regex,
     bootstrap,
     fragment,
@@ -249,7 +248,8 @@ def test_listener_takes_http10_and_bounds_only_the_request(config: RouterConfig)
     assert hcm["stream_idle_timeout"] == f"{config.listener.stream_idle_timeout_s:g}s"
     assert "max_stream_duration" not in hcm.get("common_http_protocol_options", {})
     assert "expect" in fragment(config)["virtual_host"]["request_headers_to_remove"]
-    custom = bootstrap(config, timeouts=DownstreamTimeouts(headers_s=1.5, request_s=0))
+    custom = bootstrap(dataclasses.replace(config, listener=config.listener.model_copy(
+        update={"request_headers_timeout_s": 1.5, "request_timeout_s": 0})))
     assert_valid(custom)
     hcm = hcm_of(custom)
     assert (hcm["request_headers_timeout"], hcm["request_timeout"]) == ("1.5s", "0s")

@@ -217,7 +217,7 @@ class SignalEvaluator:
                 slow.append((spec.name,
                              partial(self._evaluate_pii, spec, detector, text, account)))
             else:
-                results[spec.name] = await self._evaluate_pii(spec, detector, text)
+                results[spec.name] = await self._evaluate_pii(spec, detector, text, account)
         for language, language_detector in self._languages:
             text = pick(language.text_source)
             if len(text) > _INLINE_TEXT_CHARS:
@@ -225,7 +225,7 @@ class SignalEvaluator:
                                                     language_detector, text, account)))
             else:
                 results[language.name] = await self._evaluate_language(
-                    language, language_detector, text)
+                    language, language_detector, text, account)
         return [_named(name, scan()) for name, scan in slow]
 
     async def _evaluate_keywords(self, spec: KeywordSpec, text: str,
@@ -236,10 +236,9 @@ class SignalEvaluator:
             return self._failed("timeout", (spec,))[spec.name]
 
     async def _evaluate_language(self, spec: LanguageSpec, detector: LanguageDetector,
-                                 text: str, account: CpuAccount | None = None) -> SignalResult:
+                                 text: str, account: CpuAccount) -> SignalResult:
         try:
-            guess = await _detect(detector.detect, text,
-                                  account or CpuAccount(self._scan_timeout_s), self._scan_wait_s)
+            guess = await _detect(detector.detect, text, account, self._scan_wait_s)
         except ClassifierTimeout:
             return self._failed("timeout", (spec,))[spec.name]
         except Overloaded:
@@ -257,14 +256,14 @@ class SignalEvaluator:
             if spec.name == name:
                 if spec.text_source is not None and text_for is not None:
                     text = text_for(spec.text_source)
-                return await self._evaluate_pii(spec, detector, text)
+                return await self._evaluate_pii(spec, detector, text,
+                                                CpuAccount(self._scan_timeout_s))
         return None
 
     async def _evaluate_pii(self, spec: PiiSpec, detector: PiiDetector, text: str,
-                            account: CpuAccount | None = None) -> SignalResult:
+                            account: CpuAccount) -> SignalResult:
         try:
-            findings = await _detect(detector.detect, text,
-                                     account or CpuAccount(self._scan_timeout_s), self._scan_wait_s)
+            findings = await _detect(detector.detect, text, account, self._scan_wait_s)
         except ClassifierTimeout:
             return self._failed("timeout", (spec,))[spec.name]
         except Overloaded:

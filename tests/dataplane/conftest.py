@@ -16,7 +16,7 @@ import pytest
 
 from extproc.config import RouterConfig, load_config_text
 from extproc.envoy_process import EnvoyProcess
-from extproc.envoy_render import DownstreamTimeouts, bootstrap, to_yaml
+from extproc.envoy_render import bootstrap, to_yaml
 from extproc.localnet import free_port
 from extproc.server import Router
 from extproc.simulated_backend import BackendSpec, SimulatedBackend
@@ -81,15 +81,12 @@ def stack_config(
     return load_config_text(template.format(failure_mode=failure_mode, **ports)), ports
 
 
-async def start_stack(config: RouterConfig, *, with_router: bool = True,
-                      timeouts: DownstreamTimeouts | None = None) -> Stack:
-    """Backends, then the router, then Envoy (``timeouts``: the rendered default unless
-    given); whatever started is stopped again if a later step fails, so one failed start
-    cannot leak servers into the tests after it."""
+async def start_stack(config: RouterConfig, *, with_router: bool = True) -> Stack:
+    """Backends, then the router, then Envoy; whatever started is stopped again if a later
+    step fails, so one failed start cannot leak servers into the tests after it."""
     backends: dict[str, SimulatedBackend] = {}
     router = None
-    document = bootstrap(config) if timeouts is None else bootstrap(config, timeouts=timeouts)
-    envoy = EnvoyProcess(to_yaml(document), config.listener.admin, concurrency=1)
+    envoy = EnvoyProcess(to_yaml(bootstrap(config)), config.listener.admin, concurrency=1)
     stack = Stack(config, backends, router, envoy)
     try:
         for target in config.models.values():

@@ -7,6 +7,7 @@ only a request line held a stream for ``stream_idle_timeout``), while a long ans
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import time
 from collections.abc import AsyncIterator
@@ -14,7 +15,7 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from extproc.envoy_render import HTTP10_DEFAULT_HOST, DownstreamTimeouts
+from extproc.envoy_render import HTTP10_DEFAULT_HOST
 from tests.dataplane.conftest import FAILED, Stack, stack_config, start_stack, stop_stack
 from tests.dataplane.test_hostile_inputs import assert_still_routes
 
@@ -121,7 +122,9 @@ async def test_100_continue_uploads_still_work(stack: Stack) -> None:
 @pytest.fixture
 async def slow_client_stack(request: pytest.FixtureRequest) -> AsyncIterator[Stack]:
     config, _ = stack_config()
-    running = await start_stack(config, timeouts=DownstreamTimeouts(HEADERS_S, REQUEST_S))
+    listener = config.listener.model_copy(
+        update={"request_headers_timeout_s": HEADERS_S, "request_timeout_s": REQUEST_S})
+    running = await start_stack(dataclasses.replace(config, listener=listener))
     yield running
     if request.node.stash.get(FAILED, False):
         print("---- envoy log ----\n" + running.envoy.logs(200))
