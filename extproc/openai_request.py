@@ -46,7 +46,19 @@ class TextSource(Enum):
     CONVERSATION = "conversation"
     TOOLS = "tools"  # the names of the tools the request offers, one per line
     INSTRUCTIONS = "instructions"  # system and developer messages (Responses: `instructions`)
+    ASSISTANT = "assistant"  # the assistant turns the client sends back, tool calls included
+    TOOL_RESULTS = "tool_results"  # tool and function results (Responses: function outputs)
 
+
+# The sources that read every message of some roles; a completion's prompt is all of them but
+# the instructions, the assistant's and the tools' (it has none).
+_SOURCE_ROLES: Mapping[TextSource, frozenset[str]] = MappingProxyType({
+    TextSource.ALL_USER: frozenset({"user"}),
+    TextSource.INSTRUCTIONS: frozenset({"system", "developer"}),
+    TextSource.ASSISTANT: frozenset({"assistant"}),
+    TextSource.TOOL_RESULTS: frozenset({"tool", "function"}),
+})
+_PROMPT_SOURCES = frozenset({"last_user", "recent_user", "all_user", "conversation"})
 
 # recent_user: a last user message shorter than this (about six words: "why?", "and in Rust?")
 # is read with the user messages before it until the text is this long, so a follow-up keeps
@@ -181,9 +193,10 @@ class OpenAIRequest:
         if source is TextSource.TOOLS:
             return "\n".join(self.tool_names)
         if self.endpoint is Endpoint.COMPLETIONS:
-            return "" if source is TextSource.INSTRUCTIONS else self.prompt_text
-        if source is TextSource.INSTRUCTIONS:
-            return "\n".join(m.text for m in self.messages if m.role in ("system", "developer"))
+            return self.prompt_text if source.value in _PROMPT_SOURCES else ""
+        roles = _SOURCE_ROLES.get(source)
+        if roles is not None:
+            return "\n".join(m.text for m in self.messages if m.role in roles)
         if source is TextSource.LAST_USER:
             for message in reversed(self.messages):
                 if message.role == "user":
@@ -191,8 +204,6 @@ class OpenAIRequest:
             return self.messages[-1].text if self.messages else ""
         if source is TextSource.RECENT_USER:
             return self._recent_user_text()
-        if source is TextSource.ALL_USER:
-            return "\n".join(m.text for m in self.messages if m.role == "user")
         return "\n".join(m.text for m in self.messages)
 
     def _recent_user_text(self) -> str:

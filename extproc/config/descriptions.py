@@ -11,8 +11,9 @@ _LEARNED = "signals[type=domain,jailbreak,embedding,sequence,token]"
 _TEXT_SOURCE = ("what this signal reads, overriding `router.text_source` (e.g. `all_user` for "
                 "a guard that must see every user turn; `tools`: the names of the tools the "
                 "request offers, one per line; `instructions`: the system and developer "
-                "messages, and a Responses request's `instructions`); unset: "
-                "`router.text_source`")
+                "messages, and a Responses request's `instructions`; `assistant`: the "
+                "assistant turns the client sends back, tool calls included; `tool_results`: "
+                "tool and function results); unset: `router.text_source`")
 _BACKEND = "providers.models[].backend_refs[]"
 
 DESCRIPTIONS: dict[str, str] = {

@@ -130,7 +130,7 @@ class ProbeSettings(Strict):
 
 
 TextSourceName = Literal["last_user", "recent_user", "all_user", "conversation", "tools",
-                         "instructions"]
+                         "instructions", "assistant", "tool_results"]
 
 
 class RouterSettings(Strict):
