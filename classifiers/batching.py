@@ -5,6 +5,11 @@ Constraints:
   delivers results with `loop.call_soon_threadsafe`.
 - Bounded everywhere: at most `max_queue` waiting items (a full queue raises `Overloaded` at once),
   every call waits at most `timeout_ms` (`ClassifierTimeout`), shutdown joins with a timeout.
+- A backlog the workers cannot clear in time sheds at once too: a call whose predicted wait (the
+  items ahead of it at the recent cost per item, shared by the workers) exceeds
+  `SHED_FRACTION` of its timeout raises `Overloaded` on arrival instead of timing out later, so
+  a burst beyond the host's rate is answered "busy, retry" in microseconds while the requests
+  already queued are served in time (instead of every one of them waiting out its timeout).
 - A forward-pass error fails every caller of that batch with `ClassifierError`.
 - `max_wait_ms` is only spent when the queue is under load (the previous batch held more than one
   item or a backlog was waiting); a lone request is dispatched at once, so batching costs idle
@@ -24,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -40,6 +46,12 @@ BatchCallback = Callable[[str, int], None]
 StageReporter = Callable[[str, float], None]  # (stage, seconds), bound to one queue's name
 
 _JOIN_TIMEOUT_S = 10.0
+SHED_FRACTION = 0.75
+"""A call is shed when its predicted wait exceeds this share of its timeout: the rest covers
+the prediction's error and the call's own batch."""
+WORKER_NICE = 5
+"""How much lower than the process's the worker threads' CPU priority is (a nice value)."""
+_COST_WEIGHT = 0.2  # weight of the newest batch in the running cost per item
 _log = logging.getLogger(__name__)
 
 
@@ -66,6 +78,17 @@ def _settle_all(
 ) -> None:
     for future, value in outcomes:
         action(future, value)
+
+
+def _yield_to_the_event_loop() -> None:
+    """Lower this worker thread's CPU priority (Linux niceness is per thread) by WORKER_NICE:
+    on a saturated CPU the event loop, which admits, sheds and answers requests, and a proxy
+    sharing the host, run first, and the forward passes take every cycle they leave."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(),
+                       os.getpriority(os.PRIO_PROCESS, 0) + WORKER_NICE)
+    except (AttributeError, OSError):  # not Linux, or not permitted: run at the same priority
+        _log.debug("classifier worker: thread priority unchanged", exc_info=True)
 
 
 class BatchQueue(Generic[I, R]):
@@ -115,6 +138,7 @@ class BatchQueue(Generic[I, R]):
         self._left_for_others = False  # the last take split ready items: take them at once
         self._size_of = size_of
         self._parallel_size = parallel_size
+        self._item_seconds = 0.0  # running mean of a batch's wall time per item, one worker
 
     async def start(self) -> None:
         """Start the worker threads, bound to the running event loop."""
@@ -165,9 +189,13 @@ class BatchQueue(Generic[I, R]):
                 raise Overloaded(
                     f"{self.name}: queue full ({self.settings.max_queue} waiting requests)"
                 )
+            limit = self.settings.timeout_ms / 1000.0 if timeout_s is None else timeout_s
+            wait = len(self._pending) * self._item_seconds / self.workers
+            if wait > SHED_FRACTION * limit:
+                raise Overloaded(f"{self.name}: {len(self._pending)} waiting requests would take "
+                                 f"about {wait * 1000:.0f} ms (timeout {limit * 1000:.0f} ms)")
             self._pending.append(_Entry(item, future))
             self._cond.notify_all()
-        limit = self.settings.timeout_ms / 1000.0 if timeout_s is None else timeout_s
         try:
             return await asyncio.wait_for(future, limit)
         except TimeoutError as err:
@@ -251,6 +279,7 @@ class BatchQueue(Generic[I, R]):
             self._cond.notify_all()
 
     def _run(self) -> None:
+        _yield_to_the_event_loop()
         while True:
             taken = self._take_batch()
             if taken is None:
@@ -271,6 +300,9 @@ class BatchQueue(Generic[I, R]):
         self._report_batch(len(batch))
         try:
             results = self._process([entry.item for entry in batch], self._report_timing)
+            cost = (time.perf_counter() - picked) / len(batch)
+            weight = _COST_WEIGHT if self._item_seconds else 1.0  # the first batch sets it
+            self._item_seconds += weight * (cost - self._item_seconds)
             if len(results) != len(batch):
                 raise ClassifierError(
                     f"{self.name}: batch function returned {len(results)} results "

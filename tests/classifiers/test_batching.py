@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import threading
 import time
@@ -11,7 +12,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 import pytest
 
 from classifiers import BatchingSettings, ClassifierError, ClassifierTimeout, Overloaded
-from classifiers.batching import BatchQueue, StageReporter
+from classifiers.batching import WORKER_NICE, BatchQueue, StageReporter
 
 Process = Callable[[list[int], StageReporter], Sequence[int]]
 MakeQueue = Callable[..., BatchQueue[int, int]]
@@ -163,3 +164,46 @@ async def test_broken_metrics_callback_does_not_kill_worker() -> None:
         assert await queue.submit(2) == 4
     finally:
         await queue.close()
+
+
+async def test_a_backlog_that_cannot_be_served_in_time_sheds_at_once(
+    make_queue: MakeQueue,
+) -> None:
+    """At 20 ms an item on one worker, a 200 ms timeout serves about 7 waiting items
+    (SHED_FRACTION of it); a burst of 40 gets `Overloaded` on arrival for the rest, instead of
+    every late caller waiting out its timeout, and each admitted caller is served in time."""
+    queue = make_queue(doubling(0.02), max_batch_size=1, max_wait_ms=0.0, timeout_ms=200.0)
+    await queue.start()
+    assert await queue.submit(1) == 2  # one batch measured: the cost per item is known
+
+    async def caller(x: int) -> tuple[str, float]:
+        started = time.perf_counter()
+        try:
+            await queue.submit(x)
+        except Overloaded:
+            return "shed", time.perf_counter() - started
+        except ClassifierTimeout:
+            return "timeout", time.perf_counter() - started
+        return "served", time.perf_counter() - started
+
+    outcomes = await asyncio.gather(*(caller(x) for x in range(40)))
+    kinds = [kind for kind, _ in outcomes]
+    assert kinds.count("timeout") == 0, outcomes
+    assert 3 <= kinds.count("served") <= 12, kinds
+    assert all(seconds < 0.01 for kind, seconds in outcomes if kind == "shed"), outcomes
+    await asyncio.sleep(0.3)  # the backlog cleared: a new caller is served again
+    assert await queue.submit(5) == 10
+
+
+async def test_workers_run_below_the_event_loops_cpu_priority(make_queue: MakeQueue) -> None:
+    """On a saturated CPU the loop that admits and sheds requests runs first (Linux)."""
+    seen: list[int] = []
+
+    def process(items: list[int], report: StageReporter) -> list[int]:
+        seen.append(os.getpriority(os.PRIO_PROCESS, 0))  # 0: the calling thread, on Linux
+        return items
+
+    queue = make_queue(process)
+    await queue.start()
+    assert await queue.submit(1) == 1
+    assert seen == [min(19, os.getpriority(os.PRIO_PROCESS, 0) + WORKER_NICE)]
