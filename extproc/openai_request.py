@@ -295,6 +295,11 @@ def parse_request(body: bytes, endpoint: Endpoint) -> OpenAIRequest:
     else:
         messages = ()
         prompt = prompt_text(fields.get("prompt"))
+        suffix = fields.get("suffix")  # the text after the insertion: the model reads it too
+        if suffix is not None and not isinstance(suffix, str):
+            raise BadRequest("'suffix' must be a string", param="suffix")
+        if suffix:
+            prompt = f"{prompt}\n{suffix}" if prompt else suffix
     n = fields.get("n")
     options = fields.get("stream_options")
     return OpenAIRequest(endpoint, model, bool(stream), messages, prompt, text, tuple(spans),

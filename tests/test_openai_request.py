@@ -467,3 +467,14 @@ def test_error_body_with_a_lone_surrogate_is_json() -> None:
         assert b"\\ud" not in body  # strict parsers refuse escaped lone surrogates
         message = json.loads(body.decode("utf-8"))["error"]["message"]
         assert message == "The model 'auto\ufffd' does not exist."  # one U+FFFD, not three
+
+
+def test_a_completions_suffix_is_read_with_its_prompt() -> None:
+    """The model reads the suffix after the insertion point: the guards must too."""
+    request = parse_request(body(model="m", prompt="def f():", suffix="card 4111 1111 1111 1111"),
+                            COMPLETIONS)
+    assert request.classifier_text(TextSource.LAST_USER) == "def f():\ncard 4111 1111 1111 1111"
+    assert parse_request(body(model="m", prompt="x", suffix=None), COMPLETIONS).prompt_text == "x"
+    with pytest.raises(BadRequest) as err:
+        parse_request(body(model="m", prompt="x", suffix=3), COMPLETIONS)
+    assert err.value.param == "suffix"
