@@ -62,7 +62,8 @@ ID_COLUMN_RUNS = 4
 LABEL_WINDOW_CHARS = 24
 _IDENTIFIER_LABEL = re.compile(
     r"\b(?:imei|iccid|meid|siret|siren|ean|gtin|upc|isbn|issn|asin|sku|part|order|invoice|"
-    r"tracking|serial|ticket|booking|reference|ref|lot|batch|barcode)\b[^0-9\n]{0,12}$",
+    r"tracking|serial|ticket|booking|reference|ref|lot|batch|barcode|model|version|build|"
+    r"shapes?|dims|dimensions|tensor|call|phone|tel|telephone|fax|mobile|cell)\b[^0-9\n]{0,12}$",
     re.IGNORECASE)
 _GLUED_BEFORE = re.compile(r"[0-9][-./]$")
 _GLUED_AFTER = re.compile(r"[-./][0-9]")

@@ -101,7 +101,10 @@ def test_other_nine_digit_runs_are_not_ssns(text: str) -> None:
     ("Is ISBN 978-960-16-4567-4 valid? How is its check digit computed?", 0),  # inside an ISBN
     ("part 12-536-22-1847 is out of stock", 0),
     ("firmware 2.536-22-1847.4 crashed", 0),
-    ("call 536-22-1847 about it", 1),                        # on its own: an SSN's shape
+    ("she wrote 536-22-1847 on the form", 1),                # on its own: an SSN's shape
+    ("call 536-22-1847 about it", 0),                        # labelled a phone number
+    ("our tensor has shape 128-64-3200", 0),                 # a shape
+    ("call me back, my SSN is 536-22-1847", 1),              # with its word, kept
     ("My SSN is 536-22-1847-0, the last digit a typo", 1),   # with its word, kept
 ])
 def test_an_ssn_shape_inside_a_longer_identifier_is_not_an_ssn(text: str, ssns: int) -> None:
