@@ -62,9 +62,13 @@ ID_COLUMN_RUNS = 4
 LABEL_WINDOW_CHARS = 24
 _IDENTIFIER_LABEL = re.compile(
     r"\b(?:imei|iccid|meid|siret|siren|ean|gtin|upc|isbn|issn|asin|sku|part|order|invoice|"
-    r"tracking|serial|ticket|booking|reference|ref|lot|batch|barcode|model|version|build|"
-    r"shapes?|dims|dimensions|tensor|call|phone|tel|telephone|fax|mobile|cell)\b[^0-9\n]{0,12}$",
+    r"tracking|serial|ticket|booking|reference|ref|lot|batch|barcode)\b[^0-9\n]{0,12}$",
     re.IGNORECASE)
+# ... and, for an SSN's shape only, of what a 3-2-4 number also is ("shape 128-64-3200",
+# "call 555-12-3456"); a card number is no phone number or shape
+_SSN_SHAPE_LABEL = re.compile(
+    r"\b(?:model|version|build|shapes?|dims|dimensions|tensor|call|phone|tel|telephone|fax|"
+    r"mobile|cell)\b[^0-9\n]{0,12}$", re.IGNORECASE)
 _GLUED_BEFORE = re.compile(r"[0-9][-./]$")
 _GLUED_AFTER = re.compile(r"[-./][0-9]")
 # Placeholder keys: a repeated filler character, or a word that says so.
@@ -93,6 +97,8 @@ class Refiner:
         value = self._text[start:end]
         if entity in ("CREDIT_CARD", "US_SSN") and not context and self._labelled(start):
             return False
+        if entity == "US_SSN" and not context and self._labelled(start, _SSN_SHAPE_LABEL):
+            return False
         if entity == "CREDIT_CARD":
             return self._card(value, context)
         if entity == "US_SSN":
@@ -107,11 +113,11 @@ class Refiner:
         return (_GLUED_BEFORE.search(self._text, max(0, start - 2), start) is not None
                 or _GLUED_AFTER.match(self._text, end) is not None)
 
-    def _labelled(self, start: int) -> bool:
+    def _labelled(self, start: int, label: re.Pattern[str] = _IDENTIFIER_LABEL) -> bool:
         """The number is labelled as another identifier just before it ("IMEI", "part no.",
         "order #", "EAN"): that label says what it is."""
         before = self._text[max(0, start - LABEL_WINDOW_CHARS) : start]
-        return _IDENTIFIER_LABEL.search(before) is not None
+        return label.search(before) is not None
 
     def _card(self, value: str, context: bool) -> bool:
         digits = "".join(c for c in value if c.isdigit())
