@@ -6,7 +6,8 @@ Constraints:
 - Bounded everywhere: at most `max_queue` waiting items (a full queue raises `Overloaded` at once),
   every call waits at most `timeout_ms` (`ClassifierTimeout`), shutdown joins with a timeout.
 - A backlog the workers cannot clear in time sheds at once too: a call whose predicted wait (the
-  items ahead of it at the recent cost per item, shared by the workers) exceeds
+  items ahead of it and its own batch's, at the recent cost per item, shared by the workers)
+  exceeds
   `SHED_FRACTION` of its timeout raises `Overloaded` on arrival instead of timing out later, so
   a burst beyond the host's rate is answered "busy, retry" in microseconds while the requests
   already queued are served in time (instead of every one of them waiting out its timeout).
@@ -55,7 +56,7 @@ _COST_WEIGHT = 0.2  # weight of the newest batch in the running cost per item
 _log = logging.getLogger(__name__)
 
 
-@dataclass
+@dataclass(eq=False)  # compared by identity: a timed-out caller finds its own entry
 class _Entry(Generic[I, R]):
     item: I
     future: asyncio.Future[R]
@@ -190,17 +191,29 @@ class BatchQueue(Generic[I, R]):
                     f"{self.name}: queue full ({self.settings.max_queue} waiting requests)"
                 )
             limit = self.settings.timeout_ms / 1000.0 if timeout_s is None else timeout_s
-            wait = len(self._pending) * self._item_seconds / self.workers
+            # the items ahead, then the caller's own batch, which the items behind it fill
+            # in a burst (a batch ends when its last item does)
+            ahead = len(self._pending)
+            own = min(self.settings.max_batch_size, ahead + 1)
+            wait = (ahead + own) * self._item_seconds / self.workers
             if wait > SHED_FRACTION * limit:
                 raise Overloaded(f"{self.name}: {len(self._pending)} waiting requests would take "
                                  f"about {wait * 1000:.0f} ms (timeout {limit * 1000:.0f} ms)")
-            self._pending.append(_Entry(item, future))
+            entry = _Entry(item, future)
+            self._pending.append(entry)
             self._cond.notify_all()
         try:
             return await asyncio.wait_for(future, limit)
         except TimeoutError as err:
-            # wait_for cancelled the future; the worker skips cancelled entries it has not
-            # started, and a late result for a started one is dropped by _resolve.
+            # wait_for cancelled the future; a late result for a started entry is dropped by
+            # _resolve. One still waiting never got a worker: the queue was too long, an
+            # overload (the caller's `on_overload`), not a slow classifier.
+            with self._cond:
+                waiting = entry in self._pending
+                if waiting:
+                    self._pending.remove(entry)
+            if waiting:
+                raise Overloaded(f"{self.name}: still queued after {limit * 1000:.0f} ms") from err
             raise ClassifierTimeout(f"{self.name}: no result within {limit * 1000:.0f} ms") from err
 
     def _take_batch(self) -> tuple[list[_Entry[I, R]], int] | None:

@@ -110,6 +110,33 @@ async def test_timeout_raises_classifier_timeout(make_queue: MakeQueue) -> None:
     assert await queue.submit(2, timeout_s=2.0) == 2
 
 
+async def test_a_call_that_never_got_a_worker_in_time_is_an_overload(
+    make_queue: MakeQueue,
+) -> None:
+    """Timed out while still queued (the worker busy with an earlier batch): the queue was
+    too long, `Overloaded`; the entry leaves the queue, and the worker never runs it."""
+    gate = threading.Event()
+    ran: list[int] = []
+
+    def process(items: list[int], report: StageReporter) -> list[int]:
+        ran.extend(items)
+        gate.wait(5.0)
+        return items
+
+    queue = make_queue(process, max_batch_size=1, max_wait_ms=0.0)
+    await queue.start()
+    first = asyncio.create_task(queue.submit(1, timeout_s=5.0))
+    while queue.depth() or not ran:
+        await asyncio.sleep(0.001)
+    with pytest.raises(Overloaded):
+        await queue.submit(2, timeout_s=0.05)
+    assert queue.depth() == 0
+    gate.set()
+    assert await first == 1
+    assert await queue.submit(3) == 3
+    assert ran == [1, 3]
+
+
 async def test_forward_error_reaches_every_caller_of_the_batch(make_queue: MakeQueue) -> None:
     def broken(items: list[int], report: StageReporter) -> list[int]:
         time.sleep(0.01)
