@@ -30,11 +30,12 @@ short user turn joined by a newline (`follow_ups`), and tool-use and search requ
 questions (`security_education`) are `untrained` (measured only).
 
 Added after everyday code requests, format preferences and pasted documents were refused
-(thirteenth session, second round), benign: programming requests in many languages, hello-world and print
-tasks, and security engineering phrased as normal development work (password hashing, JWT,
-HMAC, encryption, validation regexes) (`code_requests`), and format, language, tone and length
-preferences ("from now on", "for the rest of this chat", "never use ...") (`preferences`);
-jailbreak: the same shapes carrying an override or prompt extraction (`preference_attacks`).
+(thirteenth session, second round), benign: programming requests in many languages,
+hello-world and print tasks, and security engineering phrased as normal development work
+(password hashing, JWT, HMAC, encryption, validation regexes) (`code_requests`), and format,
+language, tone and length preferences ("from now on", "for the rest of this chat", "never
+use ...") (`preferences`); jailbreak: the same shapes carrying an override or prompt
+extraction (`preference_attacks`).
 Long pasted documents are built in `classifiers/data/long_documents.py`, not here.
 
 `hard_cases.json` beside this module holds both sides by category; `train` and `held_out` were
