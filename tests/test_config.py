@@ -75,7 +75,11 @@ def test_default_yaml_loads() -> None:
     assert decide(config.decisions, long, "general").model == "reasoning"
     math = {"domain": SignalResult("domain", True, 0.8, "math")}
     assert decide(config.decisions, math, "general").model == "reasoning"
-    guarded = {**math, "jailbreak": SignalResult("jailbreak", True, 0.99)}
+    # the head's score refuses a text with a jailbreak's words (`attack_cues`)
+    guarded = {**math, "jailbreak": SignalResult("jailbreak", True, 0.99),
+               "attack_cues": SignalResult("attack_cues", True, 1.0, "you")}
+    assert decide(config.decisions, {**guarded, "attack_cues": SignalResult(
+        "attack_cues", False, 0.0)}, "general").decision == "reasoning"
     outcome = decide(config.decisions, guarded, "general")
     assert outcome.decision == "jailbreak"
     assert outcome.plugins.block is not None
