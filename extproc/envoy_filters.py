@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from extproc.config import RouterConfig
+from extproc.config.schema import CorsSettings
 from extproc.envoy_clusters import EXTPROC_CLUSTER
 from extproc.names import (
     AUTHORIZATION_HEADER,
@@ -19,6 +20,7 @@ from extproc.names import (
     DECISION_HEADER,
     HEADER_ATTRIBUTES,
     IMMEDIATE_DETAILS,
+    MODEL_HEADER,
 )
 from extproc.security import ClientKey, Secrets
 
@@ -210,13 +212,39 @@ def api_key_auth_filter(keys: tuple[ClientKey, ...]) -> dict[str, Any]:
     }
 
 
+CORS_FILTER = "envoy.filters.http.cors"
+_CORS_HEADERS = "authorization, content-type, *"  # "*" alone never covers Authorization
+_CORS_EXPOSED = (MODEL_HEADER, DECISION_HEADER, "x-request-id", "retry-after")
+
+
+def cors_policy(cors: CorsSettings) -> dict[str, Any]:
+    """The virtual host's CORS policy (``listener.cors``): the filter answers a preflight
+    from an allowed origin itself and adds the allow headers to every answer to one, the
+    router's and Envoy's errors included."""
+    origins = [{"safe_regex": {"regex": ".*"}} if o == "*" else {"exact": o}
+               for o in cors.allow_origins]
+    return {CORS_FILTER: {
+        "@type": "type.googleapis.com/envoy.extensions.filters.http.cors.v3.CorsPolicy",
+        "allow_origin_string_match": origins,
+        "allow_methods": "GET, POST, OPTIONS",
+        "allow_headers": _CORS_HEADERS,
+        "expose_headers": ", ".join(_CORS_EXPOSED),
+        "max_age": str(cors.max_age_s),
+    }}
+
+
 def http_filters(config: RouterConfig, secrets: Secrets | None = None) -> list[dict[str, Any]]:
-    """The chain; ``secrets`` holds what auth and the fail-open fallback need in clear."""
+    """The chain; ``secrets`` holds what auth and the fail-open fallback need in clear. CORS
+    comes first: a browser's preflight carries no API key."""
     secrets = secrets or Secrets()
+    cors = ([{"name": CORS_FILTER, "typed_config": {
+        "@type": "type.googleapis.com/envoy.extensions.filters.http.cors.v3.Cors"}}]
+        if config.listener.cors else [])
     auth = [api_key_auth_filter(secrets.client_keys)] if config.listener.auth else []
     fail_open = ([fail_open_lua_filter(config, secrets.backend_auth)]
                  if config.router.failure_mode == "open" else [])
     return [
+        *cors,
         *auth,
         lua_filter(config.default_model.cluster),
         ext_proc_filter(config),

@@ -22,6 +22,7 @@ from extproc.config import RouterConfig
 from extproc.config.runtime import split_host_port
 from extproc.envoy_clusters import EXTPROC_CLUSTER, clusters, socket_address
 from extproc.envoy_filters import (
+    cors_policy,
     http_filters,
     local_reply_config,
     one_message_override,
@@ -152,6 +153,8 @@ def virtual_host(config: RouterConfig) -> dict[str, Any]:
             }
             for name in decisions
         ],
+        **({"typed_per_filter_config": cors_policy(config.listener.cors)}
+           if config.listener.cors else {}),
         "request_headers_to_remove": [DECISION_HEADER, EXPECT_HEADER],
         "response_headers_to_add": [
             {"header": {"key": name, "value": f"%DYNAMIC_METADATA({METADATA_NAMESPACE}:{key})%"},

@@ -14,6 +14,7 @@ import yaml
 from extproc.cli import main
 from extproc.config import RouterConfig, load_config, load_config_text
 from extproc.config.runtime import cluster_name_for
+from extproc.config.schema import AuthSettings, CorsSettings
 from extproc.envoy_filters import EXT_PROC_FILTER, ROUTE_FROM_METADATA_FILTER
 from extproc.envoy_process import validate_config
 from extproc.envoy_render import (
@@ -357,3 +358,25 @@ def test_envoy_errors_have_a_message_and_a_code(config: RouterConfig) -> None:
         # %LOCAL_REPLY_BODY% alone is empty for some replies (a path with a '#fragment')
         assert error["message"] and error["message"] != "%LOCAL_REPLY_BODY%", error
         assert error["code"], error
+
+
+def test_cors_is_first_and_its_policy_is_the_virtual_hosts(
+    config: RouterConfig, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`listener.cors`: the CORS filter precedes the API key check (a preflight carries no
+    key); `*` is any origin; off by default."""
+    assert "envoy.filters.http.cors" not in by_name(hcm_of(bootstrap(config))["http_filters"])
+    monkeypatch.setenv("SR_TEST_CORS_KEYS", "sk-cors-test-key-123")
+    listener = config.listener.model_copy(update={
+        "cors": CorsSettings(allow_origins=["https://app.example.com", "*"], max_age_s=60),
+        "auth": AuthSettings(api_keys_env="SR_TEST_CORS_KEYS")})
+    document = bootstrap(dataclasses.replace(config, listener=listener))
+    hcm = hcm_of(document)
+    names = [f["name"] for f in hcm["http_filters"]]
+    assert names[:2] == ["envoy.filters.http.cors", "envoy.filters.http.api_key_auth"]
+    (vhost,) = hcm["route_config"]["virtual_hosts"]
+    policy = vhost["typed_per_filter_config"]["envoy.filters.http.cors"]
+    assert policy["allow_origin_string_match"] == [
+        {"exact": "https://app.example.com"}, {"safe_regex": {"regex": ".*"}}]
+    assert policy["max_age"] == "60" and "authorization" in policy["allow_headers"]
+    assert_valid(document)

@@ -37,6 +37,12 @@ DESCRIPTIONS: dict[str, str] = {
         "stream); 0 = no limit",
     "listener.auth": "client API keys, checked by Envoy's `api_key_auth` filter on every "
         "request (see [Security](#security)); off when unset",
+    "listener.cors": "browser clients on other origins (CORS): Envoy answers their preflight "
+        "`OPTIONS` itself, before the API key check, and marks every answer, errors included; "
+        "off when unset (`OPTIONS` is then a 405)",
+    "listener.cors.allow_origins": "origins allowed, exactly as browsers send them "
+        "(`https://app.example.com`, with a port if not the default), or `*` for any",
+    "listener.cors.max_age_s": "how long browsers may cache a preflight answer",
     "listener.auth.api_keys_file": "file of client keys: one per line, optionally "
         "`client:key`; blank lines and `#` comments skipped",
     "listener.auth.api_keys_env": "environment variable holding client keys, comma-separated, "

@@ -104,6 +104,17 @@ class TlsSettings(Strict):
     server_name: str | None = Field(default=None, pattern=r"^[A-Za-z0-9.\-:]{1,253}$")
 
 
+_ORIGIN = r"^(\*|https?://[A-Za-z0-9.\-]+(:[0-9]{1,5})?)$"  # as a browser's Origin header
+
+
+class CorsSettings(Strict):
+    """Browser clients on other origins: Envoy answers their preflight and marks answers."""
+
+    allow_origins: list[Annotated[str, Field(pattern=_ORIGIN)]] = Field(min_length=1,
+                                                                          max_length=64)
+    max_age_s: int = Field(default=600, ge=0, le=86400)
+
+
 class ListenerSettings(Strict):
     address: HostPort = "127.0.0.1:8899"
     admin: HostPort = "127.0.0.1:9901"
@@ -116,6 +127,7 @@ class ListenerSettings(Strict):
     request_headers_timeout_s: float = Field(default=10.0, ge=0, le=3600)
     request_timeout_s: float = Field(default=300.0, ge=0, le=86400)
     auth: AuthSettings | None = None
+    cors: CorsSettings | None = None
 
 
 class ProbeSettings(Strict):
