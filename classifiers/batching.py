@@ -7,10 +7,10 @@ Constraints:
   every call waits at most `timeout_ms` (`ClassifierTimeout`), shutdown joins with a timeout.
 - A backlog the workers cannot clear in time sheds at once too: a call whose predicted wait (the
   items ahead of it and its own batch's, at the recent cost per item, shared by the workers)
-  exceeds
-  `SHED_FRACTION` of its timeout raises `Overloaded` on arrival instead of timing out later, so
-  a burst beyond the host's rate is answered "busy, retry" in microseconds while the requests
-  already queued are served in time (instead of every one of them waiting out its timeout).
+  exceeds `SHED_FRACTION` of its timeout raises `Overloaded` on arrival instead of timing out
+  later, so a burst beyond the host's rate is answered "busy, retry" in microseconds while the
+  requests already queued are served in time; a call still queued at its timeout is an
+  overload too (it never got a worker), not a classifier timeout.
 - A forward-pass error fails every caller of that batch with `ClassifierError`.
 - `max_wait_ms` is only spent when the queue is under load (the previous batch held more than one
   item or a backlog was waiting); a lone request is dispatched at once, so batching costs idle
@@ -197,7 +197,7 @@ class BatchQueue(Generic[I, R]):
             own = min(self.settings.max_batch_size, ahead + 1)
             wait = (ahead + own) * self._item_seconds / self.workers
             if wait > SHED_FRACTION * limit:
-                raise Overloaded(f"{self.name}: {len(self._pending)} waiting requests would take "
+                raise Overloaded(f"{self.name}: {ahead} waiting requests would take "
                                  f"about {wait * 1000:.0f} ms (timeout {limit * 1000:.0f} ms)")
             entry = _Entry(item, future)
             self._pending.append(entry)

@@ -58,7 +58,8 @@ _SOURCE_ROLES: Mapping[TextSource, frozenset[str]] = MappingProxyType({
     TextSource.ASSISTANT: frozenset({"assistant"}),
     TextSource.TOOL_RESULTS: frozenset({"tool", "function"}),
 })
-_PROMPT_SOURCES = frozenset({"last_user", "recent_user", "all_user", "conversation"})
+_PROMPT_SOURCES = frozenset({TextSource.LAST_USER, TextSource.RECENT_USER, TextSource.ALL_USER,
+                             TextSource.CONVERSATION})
 
 # recent_user: a last user message shorter than this (about six words: "why?", "and in Rust?")
 # is read with the user messages before it until the text is this long, so a follow-up keeps
@@ -193,7 +194,7 @@ class OpenAIRequest:
         if source is TextSource.TOOLS:
             return "\n".join(self.tool_names)
         if self.endpoint is Endpoint.COMPLETIONS:
-            return self.prompt_text if source.value in _PROMPT_SOURCES else ""
+            return self.prompt_text if source in _PROMPT_SOURCES else ""
         roles = _SOURCE_ROLES.get(source)
         if roles is not None:
             return "\n".join(m.text for m in self.messages if m.role in roles)
