@@ -25,10 +25,11 @@ providers:
 """
 
 
-async def send_chat(state: RouterState, model: str, text: str,
+async def send_chat(state: RouterState, model: str, text: str | list[dict[str, str]],
                     headers: Mapping[str, str] = CHAT_HEADERS,
                     logger: str = "test.processor") -> ProcessingResponse:
-    """A one-turn chat request for ``model``; the processor's answer to its body."""
+    """A one-turn chat request for ``model`` (``text``: the content, a string or its parts);
+    the processor's answer to its body."""
     processor = StreamProcessor(state, logging.getLogger(logger))
     await processor.handle(RequestMessage(Phase.REQUEST_HEADERS, dict(headers), b"", False))
     body = json.dumps({"model": model, "messages": [{"role": "user", "content": text}]})

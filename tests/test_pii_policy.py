@@ -36,7 +36,7 @@ def state() -> object:
     return build_state(load_config_text(CONFIG), RouterMetrics(), engine=None)
 
 
-async def _send(state: object, model: str, text: str) -> ProcessingResponse:
+async def _send(state: object, model: str, text: str | list[dict[str, str]]) -> ProcessingResponse:
     return await send_chat(state, model, text, HEADERS)  # type: ignore[arg-type]
 
 
@@ -47,10 +47,15 @@ async def _send(state: object, model: str, text: str) -> ProcessingResponse:
         ("auto", "summarise: my card is 4111 1111 1111 1111", True),
         ("hosted", "charge 5555 5555 5555 4444 please", True),  # named explicitly
         ("hosted", "hello there", False),
+        # a card number split over two content parts (joined by a line break)
+        ("hosted", [{"type": "text", "text": "charge my card 4111 1111"},
+                    {"type": "text", "text": "1111 1111 please"}], True),
         ("local", "my card is 4111 1111 1111 1111", False),  # no limit on this model
     ],
 )
-async def test_pii_allowed(state: object, model: str, text: str, refused: bool) -> None:
+async def test_pii_allowed(
+    state: object, model: str, text: str | list[dict[str, str]], refused: bool
+) -> None:
     response = await _send(state, model, text)
     if refused:
         assert response.immediate_response is not None

@@ -42,6 +42,8 @@ def found(text: str) -> list[tuple[str, str]]:
     "my card:\n4111\n1111\n1111\n1111\nthanks",                  # one group per line
     "card4111111111111111 please",                               # glued to a word
     "card#4111111111111111exp 12/29",
+    "my card is 4111 1111\n1111 1111 thanks",                    # broken over two lines
+    "card: 4111-1111-\n   1111-1111",
 ])
 def test_cards_in_other_spellings_are_found(text: str) -> None:
     assert [entity for entity, _ in found(text)] == ["CREDIT_CARD"], found(text)
@@ -68,6 +70,12 @@ def test_an_identifier_column_is_not_cards() -> None:
     log = "\n".join(f"order_id={i} status=synced" for i in ids)
     assert found(log) == []
     assert found(f"my card number is {ids[0]}") == [("CREDIT_CARD", ids[0])]
+
+
+def test_numbers_broken_over_lines_need_a_card_word() -> None:
+    table = "sales by quarter\n4111 1111\n1111 1111\n"  # a table of numbers, Luhn-valid
+    assert found(table) == []
+    assert found("card " + table.split("\n", 1)[1]) == [("CREDIT_CARD", "4111 1111\n1111 1111")]
 
 
 def test_ssn_shapes_with_spaces_or_dots_need_an_ssn_word() -> None:
