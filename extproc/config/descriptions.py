@@ -179,6 +179,9 @@ DESCRIPTIONS: dict[str, str] = {
     "signals[type=keyword].word_boundary": "match whole words only (a keyword ending in a "
         "letter also matches its plural in -s or -es)",
     "signals[type=keyword].match": "matched when any keyword is found, or only when all are",
+    "signals[type=keyword].read_obfuscated": "when the text has no match, also search it with "
+        "leetspeak words read as letters (`m4k3 m3th`, `1gn0r3`) and letters spelled one at a "
+        "time joined (`i g n o r e`, `b.o.m.b`): for guard lists",
     "signals[type=context_length].min_tokens": "matched at or above this many estimated tokens",
     "signals[type=context_length].max_tokens": "matched at or below this many estimated tokens",
     f"{_LEARNED}.model": "classifier head directory (`domain`, `jailbreak`; unset: the bundled "

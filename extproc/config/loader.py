@@ -262,7 +262,8 @@ def _signals(parsed: RouterFile, errors: list[str]) -> list[SignalSpec]:
                                 case_sensitive=signal.case_sensitive,
                                 match_all=signal.match == "all", fold=fold)
             specs.append(KeywordSpec(signal.name, signal.on_error, patterns,
-                                     signal.match == "all", signal.text_source, fold, gate))
+                                     signal.match == "all", signal.text_source, fold, gate,
+                                     signal.read_obfuscated))
         elif isinstance(signal, ContextLengthSignal):
             specs.append(
                 ContextLengthSpec(

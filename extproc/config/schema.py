@@ -240,6 +240,7 @@ class KeywordSignal(SignalBase, TextSourced):
     case_sensitive: bool = False
     word_boundary: bool = True
     match: Literal["any", "all"] = "any"
+    read_obfuscated: bool = False
 
 
 class ContextLengthSignal(SignalBase):

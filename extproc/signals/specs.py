@@ -11,9 +11,10 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from classifiers.scan import ScanBudget, windows
+from classifiers.scan import ScanBudget, Window, windows
 from extproc.decision import SignalResult
 from extproc.signals.literals import LiteralGate, literal_gate
+from extproc.signals.obfuscation import deobfuscated
 from extproc.signals.trie import trie_source
 
 # Keyword signals read texts longer than this in budgeted chunks on a thread (KeywordSpec.scan)
@@ -39,16 +40,28 @@ class KeywordSpec:
     """For ``any`` over regexes: one of the literals every match needs (``literals``); a text
     without any is not searched further."""
 
+    read_obfuscated: bool = False
+    """Also search the text with leetspeak and spelled-out letters read as words
+    (``extproc.signals.obfuscation``) when the text itself has no match."""
+
     def evaluate(self, text: str) -> SignalResult:
         if self.fold:
             text = fold_case(text)
+        label = self._first(text)
+        if label is None and self.read_obfuscated:
+            plain = deobfuscated(text)
+            label = None if plain is None else self._first(plain)
+        return _keyword_result(self.name, label)
+
+    def _first(self, text: str) -> str | None:
+        """The first match's text (all: of the first pattern, once every one matches)."""
         first = (self.patterns[0].search(text) if self.gate is None
                  else self.gate.search(text))
         # match all: the others are searched only while every one matches
         if (first is not None and self.match_all
                 and not all(p.search(text) for p in self.patterns[1:])):
             first = None
-        return _keyword_result(self.name, first.group(0) if first is not None else None)
+        return first.group(0) if first is not None else None
 
     def scan(self, text: str, budget: ScanBudget | None) -> SignalResult:
         """``evaluate`` for a long text, chunk by chunk (``classifiers.scan.windows``, whose
@@ -57,10 +70,27 @@ class KeywordSpec:
         engine holds the interpreter for a whole search, and an 8 MiB prompt would hold the
         event loop for seconds. Same result as
         ``evaluate`` for keywords, and for regexes whose matches and lookarounds stay within
-        the overlap (a chunk's search sees its window's end as the text's end)."""
+        the overlap (a chunk's search sees its window's end as the text's end). With
+        ``read_obfuscated``, a text without a match is then read again chunk by chunk, each
+        chunk's obfuscated spellings read as words (``all``: every keyword in one chunk)."""
         if self.fold:
             text = fold_case(text)
         chunks = windows(text, KEYWORD_CHUNK_CHARS, KEYWORD_OVERLAP_CHARS)
+        result = self._scan(text, chunks, budget)
+        if result.matched or not self.read_obfuscated:
+            return result
+        for window in chunks:
+            if budget is not None:
+                budget.check()
+            plain = deobfuscated(text[window.start : window.end])
+            label = None if plain is None else self._first(plain)
+            if label is not None:
+                return _keyword_result(self.name, label)
+        return result
+
+    def _scan(
+        self, text: str, chunks: tuple[Window, ...], budget: ScanBudget | None
+    ) -> SignalResult:
         firsts: list[str | None] = []
         for pattern in self.patterns:
             found = None

@@ -1,0 +1,43 @@
+"""Spellings people use to slip words past a filter, read back as the words they spell, for the
+keyword signals that ask for it (``read_obfuscated: true``: the guards' phrase lists).
+
+- leetspeak: a word of letters and the digits or symbols that stand for letters ("m4k3 m3th",
+  "1gn0r3", "pa$$w0rd") reads 0 as o, 1 as i, 3 as e, 4 and @ as a, 5 and $ as s, 7 as t. Only
+  a word made of nothing else changes, so "sha256", "k8s" or "i18n" stay as they are;
+- letters spelled out one at a time ("i g n o r e", "b.o.m.b", "m-e-t-h"): four or more single
+  letters with the same separator read as one word;
+- and then runs of spaces as one ("ignore  all  previous").
+
+This is a second text a signal also searches when the first has no match; ``None`` when the
+text has none of these spellings (most texts), so the usual cost is one regex search.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+
+_LEET = str.maketrans("013457@$", "oieastas")
+# a word with at least one letter and at least one stand-in, made of nothing else
+_LEET_WORD = re.compile(
+    r"(?<![\w@$])(?=[a-z013457@$]*?[013457@$])(?=[013457@$]*[a-z])[a-z013457@$]{2,}(?![\w@$])",
+    re.IGNORECASE,
+)
+# three or more single characters, each followed by the same separator as the first
+_SPELLED = re.compile(
+    r"(?<![\w.*_-])[a-z0-9@$](?P<sep>[ .*_-])[a-z0-9@$](?:(?P=sep)[a-z0-9@$])+(?![\w@$])",
+    re.IGNORECASE,
+)
+_SPACES = re.compile(r"[ \t]{2,}")
+
+
+@functools.lru_cache(maxsize=16)  # several guard lists read the same text of one request
+def deobfuscated(text: str) -> str | None:
+    """``text`` with leetspeak words and spelled-out letters read as words, runs of spaces as
+    one; ``None`` when it has neither."""
+    if _LEET_WORD.search(text) is None and _SPELLED.search(text) is None:
+        return None
+    joined = _SPELLED.sub(lambda match: match.group(0).replace(match.group("sep"), ""), text)
+    read = _LEET_WORD.sub(lambda match: match.group(0).translate(_LEET), joined)
+    read = _SPACES.sub(" ", read)
+    return None if read == text else read
