@@ -64,11 +64,18 @@ EXPECT_HEADER = "expect"
 _STDOUT_LOG_TYPE = (
     "type.googleapis.com/envoy.extensions.access_loggers.stream.v3.StdoutAccessLog"
 )
+_WITHOUT_QUERY_FORMATTER = {
+    "name": "envoy.formatter.req_without_query",
+    "typed_config": {
+        "@type": "type.googleapis.com/envoy.extensions.formatter.req_without_query.v3."
+        "ReqWithoutQuery"
+    },
+}
 _ACCESS_LOG_FORMAT = {
     "time": "%START_TIME%",
     "request_id": "%REQ(X-REQUEST-ID)%",
     "method": "%REQ(:METHOD)%",
-    "path": "%REQ(:PATH)%",
+    "path": "%REQ_WITHOUT_QUERY(:PATH)%",  # a query string may carry a key (?api_key=...)
     "status": "%RESPONSE_CODE%",
     "flags": "%RESPONSE_FLAGS%",
     "details": "%RESPONSE_CODE_DETAILS%",
@@ -187,6 +194,9 @@ def listener(config: RouterConfig, secrets: Secrets | None = None) -> dict[str, 
                             "request_headers_timeout":
                                 f"{config.listener.request_headers_timeout_s:g}s",
                             "request_timeout": f"{config.listener.request_timeout_s:g}s",
+                            # every answer names its request (the router's log lines do):
+                            # the SDKs' `_request_id`, errors included
+                            "always_set_request_id_in_response": True,
                             "http_protocol_options": {
                                 "accept_http_10": True,
                                 "default_host_for_http_10": HTTP10_DEFAULT_HOST,
@@ -196,7 +206,10 @@ def listener(config: RouterConfig, secrets: Secrets | None = None) -> dict[str, 
                                     "name": "envoy.access_loggers.stdout",
                                     "typed_config": {
                                         "@type": _STDOUT_LOG_TYPE,
-                                        "log_format": {"json_format": _ACCESS_LOG_FORMAT},
+                                        "log_format": {
+                                            "json_format": _ACCESS_LOG_FORMAT,
+                                            "formatters": [_WITHOUT_QUERY_FORMATTER],
+                                        },
                                     },
                                 }
                             ],
