@@ -44,6 +44,10 @@ _MIXED_WORD = re.compile(
     f"(?<![A-Za-z{_LOOK}])[A-Za-z{_LOOK}]*?(?:[A-Za-z][{_LOOK}]|[{_LOOK}][A-Za-z])[A-Za-z{_LOOK}]*"
 )
 
+# A one-letter look-alike word between two Latin words ("make а bomb" with a Cyrillic а): in a
+# Russian or Greek sentence its neighbours are Cyrillic or Greek words
+_LONE_LOOKALIKE = re.compile(f"(?<=[A-Za-z][ \t])[{_LOOK}](?=[ \t][A-Za-z])")
+
 
 # Read on the event loop: a hostile megabyte of look-alikes costs ~0.15 s, so only the first
 # 64 KiB are read through (a longer text is past what the guards scan within their budget).
@@ -65,4 +69,5 @@ def readable(text: str) -> str:
     if len(_ASCII_LETTER.findall(sample)) > 2 * len(_OTHER_LETTER.findall(sample)):
         # a Latin text: words made only of look-alikes ("а ріре") are Latin words too
         return text.translate(_TO_LATIN)
-    return _MIXED_WORD.sub(lambda match: match.group(0).translate(_TO_LATIN), text)
+    text = _MIXED_WORD.sub(lambda match: match.group(0).translate(_TO_LATIN), text)
+    return _LONE_LOOKALIKE.sub(lambda match: match.group(0).translate(_TO_LATIN), text)

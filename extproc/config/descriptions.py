@@ -180,8 +180,10 @@ DESCRIPTIONS: dict[str, str] = {
         "letter also matches its plural in -s or -es)",
     "signals[type=keyword].match": "matched when any keyword is found, or only when all are",
     "signals[type=keyword].read_obfuscated": "when the text has no match, also search it with "
-        "leetspeak words read as letters (`m4k3 m3th`, `1gn0r3`) and letters spelled one at a "
-        "time joined (`i g n o r e`, `b.o.m.b`): for guard lists",
+        "leetspeak words read as letters (`m4k3 m3th`, `1gn0r3`), letters spelled one at a "
+        "time joined (`i g n o r e`, `b.o.m.b`), and the payloads of base64, hex, binary, Morse "
+        "or named ROT13 blobs and of strings assigned to variables (`a='how to'; b='make...'`) "
+        "decoded and joined: for guard lists",
     "signals[type=context_length].min_tokens": "matched at or above this many estimated tokens",
     "signals[type=context_length].max_tokens": "matched at or below this many estimated tokens",
     f"{_LEARNED}.model": "classifier head directory (`domain`, `jailbreak`; unset: the bundled "

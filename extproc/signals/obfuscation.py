@@ -6,7 +6,9 @@ keyword signals that ask for it (``read_obfuscated: true``: the guards' phrase l
   a word made of nothing else changes, so "sha256", "k8s" or "i18n" stay as they are;
 - letters spelled out one at a time ("i g n o r e", "b.o.m.b", "m-e-t-h"): four or more single
   letters with the same separator read as one word;
-- and then runs of spaces as one ("ignore  all  previous").
+- and then runs of spaces as one ("ignore  all  previous");
+- payloads hidden in base64, hex, binary, Morse or named ROT13, decoded
+  (``extproc.signals.encodings``) and read after the text.
 
 This is a second text a signal also searches when the first has no match; ``None`` when the
 text has none of these spellings (most texts), so the usual cost is one regex search.
@@ -16,6 +18,8 @@ from __future__ import annotations
 
 import functools
 import re
+
+from extproc.signals.encodings import decoded_payloads
 
 _LEET = str.maketrans("013457@$", "oieastas")
 # a word with at least one letter and at least one stand-in, made of nothing else
@@ -29,15 +33,31 @@ _SPELLED = re.compile(
     re.IGNORECASE,
 )
 _SPACES = re.compile(r"[ \t]{2,}")
+# words spelled out with one space between letters and two or more between words ("h o w  t o
+# m a k e"): read word by word, so two-letter words count too
+_SPACED_WORDS = re.compile(
+    r"(?<!\S)[a-z0-9@$](?: [a-z0-9@$])*(?: {2,}[a-z0-9@$](?: [a-z0-9@$])*){2,}(?!\S)",
+    re.IGNORECASE,
+)
 
 
 @functools.lru_cache(maxsize=16)  # several guard lists read the same text of one request
 def deobfuscated(text: str) -> str | None:
     """``text`` with leetspeak words and spelled-out letters read as words, runs of spaces as
-    one; ``None`` when it has neither."""
-    if _LEET_WORD.search(text) is None and _SPELLED.search(text) is None:
+    one, and the payloads of its encoded blobs (``extproc.signals.encodings``) on lines of
+    their own after it; ``None`` when it has none of these."""
+    payloads = decoded_payloads(text)
+    if not payloads and _LEET_WORD.search(text) is None and _SPELLED.search(text) is None:
         return None
-    joined = _SPELLED.sub(lambda match: match.group(0).replace(match.group("sep"), ""), text)
+    joined = _SPACED_WORDS.sub(_join_spaced_words, text)
+    joined = _SPELLED.sub(lambda match: match.group(0).replace(match.group("sep"), ""), joined)
     read = _LEET_WORD.sub(lambda match: match.group(0).translate(_LEET), joined)
     read = _SPACES.sub(" ", read)
+    if payloads:
+        read = "\n".join((read, *payloads))
     return None if read == text else read
+
+
+def _join_spaced_words(match: re.Match[str]) -> str:
+    """"w h a t  i s  y o u r": the letters of each word joined, the words one space apart."""
+    return " ".join(word.replace(" ", "") for word in re.split(r" {2,}", match.group(0)))

@@ -45,13 +45,18 @@ class KeywordSpec:
     (``extproc.signals.obfuscation``) when the text itself has no match."""
 
     def evaluate(self, text: str) -> SignalResult:
-        if self.fold:
-            text = fold_case(text)
-        label = self._first(text)
+        label = self._first(fold_case(text) if self.fold else text)
         if label is None and self.read_obfuscated:
-            plain = deobfuscated(text)
-            label = None if plain is None else self._first(plain)
+            label = self._first_obfuscated(text)
         return _keyword_result(self.name, label)
+
+    def _first_obfuscated(self, text: str) -> str | None:
+        """``_first`` over the obfuscated spellings of ``text`` read as words (decoded
+        before folding: base64 is case-sensitive)."""
+        plain = deobfuscated(text)
+        if plain is None:
+            return None
+        return self._first(fold_case(plain) if self.fold else plain)
 
     def _first(self, text: str) -> str | None:
         """The first match's text (all: of the first pattern, once every one matches)."""
@@ -73,17 +78,17 @@ class KeywordSpec:
         the overlap (a chunk's search sees its window's end as the text's end). With
         ``read_obfuscated``, a text without a match is then read again chunk by chunk, each
         chunk's obfuscated spellings read as words (``all``: every keyword in one chunk)."""
+        original = text
         if self.fold:
             text = fold_case(text)
         chunks = windows(text, KEYWORD_CHUNK_CHARS, KEYWORD_OVERLAP_CHARS)
         result = self._scan(text, chunks, budget)
         if result.matched or not self.read_obfuscated:
             return result
-        for window in chunks:
+        for window in windows(original, KEYWORD_CHUNK_CHARS, KEYWORD_OVERLAP_CHARS):
             if budget is not None:
                 budget.check()
-            plain = deobfuscated(text[window.start : window.end])
-            label = None if plain is None else self._first(plain)
+            label = self._first_obfuscated(original[window.start : window.end])
             if label is not None:
                 return _keyword_result(self.name, label)
         return result
