@@ -41,6 +41,7 @@ from classifiers.pii_recognizers import (
     ip_recognizer,
     ssn_recognizer,
 )
+from classifiers.pii_split import rejoined, upper_ibans
 from classifiers.scan import CHUNK_CHARS, ScanBudget, windows
 
 ENTITY_TYPES: tuple[str, ...] = (
@@ -222,9 +223,26 @@ class PiiDetector:
         return _resolve_overlaps(candidates)
 
     def _candidates(self, text: str) -> list[PiiFinding]:
-        """Every finding at or above `min_score` in `text`, overlapping ones included."""
-        if self._policy:
-            text = normalize(text)  # same length: offsets hold
+        """Every finding at or above `min_score` in `text`, overlapping ones included; with
+        the policy, also those of the named numbers rejoined and of lower-case IBANs
+        (`classifiers.pii_split`), at their offsets in `text`."""
+        if not self._policy:
+            return self._scan(text)
+        text = normalize(text)  # same length: offsets hold
+        candidates = self._scan(text)
+        joined = rejoined(text, text.lower())
+        if joined is not None:
+            rejoined_text, origin = joined
+            candidates += [
+                PiiFinding(f.entity_type, origin[f.start], origin[f.end - 1] + 1, f.score)
+                for f in self._scan(rejoined_text)
+            ]
+        upper = upper_ibans(text) if "IBAN_CODE" in self.entity_types else None
+        if upper is not None:
+            candidates += [f for f in self._scan(upper) if f.entity_type == "IBAN_CODE"]
+        return candidates
+
+    def _scan(self, text: str) -> list[PiiFinding]:
         refiner = Refiner(text) if self._policy else None
         lowered = text.lower()
         gate = "PHONE_NUMBER" in self.entity_types and bool(_PHONE_CANDIDATE.search(text))

@@ -50,6 +50,8 @@ async def _send(state: object, model: str, text: str | list[dict[str, str]]) -> 
         # a card number split over two content parts (joined by a line break)
         ("hosted", [{"type": "text", "text": "charge my card 4111 1111"},
                     {"type": "text", "text": "1111 1111 please"}], True),
+        ("hosted", [{"type": "text", "text": "my ssn is 078-05-"},
+                    {"type": "text", "text": "1120"}], True),
         ("local", "my card is 4111 1111 1111 1111", False),  # no limit on this model
     ],
 )
