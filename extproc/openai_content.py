@@ -96,17 +96,24 @@ def content_text(content: Any, param: str, *, strict: bool = True) -> str:
     return "\n".join(texts)
 
 
-def prompt_text(value: Any) -> str:
+def prompt_text(value: Any) -> tuple[str, int]:
+    """A completion's prompt as text, and how many prompts it holds (a list of strings or of
+    token-id lists is one prompt each, and each gets ``n`` choices)."""
     if value is None:
         raise BadRequest("you must provide a prompt parameter", param="prompt")
     if isinstance(value, str):
-        return value
-    if isinstance(value, list) and all(isinstance(v, str) for v in value):
-        return "\n".join(value)
-    if isinstance(value, list) and all(isinstance(v, int) for v in value):
-        return ""  # token ids: nothing to classify, route on the rest
-    if isinstance(value, list) and all(
-        isinstance(v, list) and all(isinstance(t, int) for t in v) for v in value
+        return value, 1
+    if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+        return "\n".join(value), len(value)
+    if isinstance(value, list) and value and all(_token_id(v) for v in value):
+        return "", 1  # token ids: nothing to classify, route on the rest
+    if isinstance(value, list) and value and all(
+        isinstance(v, list) and v and all(_token_id(t) for t in v) for v in value
     ):
-        return ""
-    raise BadRequest("'prompt' must be a string, an array of strings or token ids", param="prompt")
+        return "", len(value)
+    raise BadRequest("'prompt' must be a string, a non-empty array of strings or of "
+                     "non-negative token ids", param="prompt")
+
+
+def _token_id(value: Any) -> bool:
+    return type(value) is int and 0 <= value < 2**31

@@ -160,7 +160,8 @@ class OpenAIRequest:
     tool_names: tuple[str, ...] = ()
     """The names of the offered ``tools`` (chat and Responses): what a coding agent is."""
     choices: int = 1
-    """``n`` where it is a valid count (1-128): a canned reply answers that many times."""
+    """``n`` where it is a valid count (1-128), times the number of prompts of a completion:
+    a canned reply answers that many times."""
     include_usage: bool = False
     """``stream_options.include_usage``: a canned stream ends with a usage chunk."""
     _texts: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
@@ -286,6 +287,7 @@ def parse_request(body: bytes, endpoint: Endpoint) -> OpenAIRequest:
     if stream is not None and not isinstance(stream, bool):
         raise BadRequest("'stream' must be a boolean", param="stream")
     raw_messages: tuple[Any, ...] = ()
+    prompts = 1
     if endpoint is Endpoint.CHAT:
         messages = _messages(fields.get("messages"))
         raw_messages = tuple(fields["messages"])
@@ -295,7 +297,7 @@ def parse_request(body: bytes, endpoint: Endpoint) -> OpenAIRequest:
         prompt = ""
     else:
         messages = ()
-        prompt = prompt_text(fields.get("prompt"))
+        prompt, prompts = prompt_text(fields.get("prompt"))
         suffix = fields.get("suffix")  # the text after the insertion: the model reads it too
         if suffix is not None and not isinstance(suffix, str):
             raise BadRequest("'suffix' must be a string", param="suffix")
@@ -303,9 +305,12 @@ def parse_request(body: bytes, endpoint: Endpoint) -> OpenAIRequest:
             prompt = f"{prompt}\n{suffix}" if prompt else suffix
     n = fields.get("n")
     options = fields.get("stream_options")
+    if options is not None and not stream:  # as OpenAI and vLLM answer it
+        raise BadRequest("'stream_options' is only allowed when 'stream' is true",
+                         param="stream_options")
     return OpenAIRequest(endpoint, model, bool(stream), messages, prompt, text, tuple(spans),
                          raw_messages, tool_names(fields.get("tools")),
-                         n if type(n) is int and 1 <= n <= 128 else 1,
+                         (n if type(n) is int and 1 <= n <= 128 else 1) * prompts,
                          isinstance(options, dict) and options.get("include_usage") is True)
 
 
@@ -401,10 +406,10 @@ def _responses_input(value: Any, instructions: Any) -> tuple[Message, ...]:
     if instructions is not None and not isinstance(instructions, str):
         raise BadRequest("'instructions' must be a string", param="instructions")
     out = [Message("system", instructions)] if instructions else []
-    if isinstance(value, str):
+    if isinstance(value, str) and value:
         return (*out, Message("user", value))
     if not isinstance(value, list) or not value:
-        raise BadRequest("'input' must be a string or a non-empty array", param="input")
+        raise BadRequest("'input' must be a non-empty string or array", param="input")
     for i, item in enumerate(value):
         if not isinstance(item, dict):
             raise BadRequest(f"input[{i}] must be an object", param=f"input[{i}]")

@@ -228,11 +228,10 @@ def test_responses_reasoning_and_tool_output_items_are_read() -> None:
     [
         ("Say hi", "Say hi"),
         (["one", "two"], "one\ntwo"),
-        ([], ""),
         ([1, 2, 3], ""),
         ([[1, 2], [3]], ""),
     ],
-    ids=["string", "strings", "empty-list", "token-ids", "token-id-lists"],
+    ids=["string", "strings", "token-ids", "token-id-lists"],
 )
 def test_completions_prompt(prompt: object, text: str) -> None:
     request = parse_request(body(model="m", prompt=prompt), COMPLETIONS)
@@ -240,6 +239,16 @@ def test_completions_prompt(prompt: object, text: str) -> None:
     for source in TextSource:
         assert request.classifier_text(source) == ("" if source in NOT_IN_A_PROMPT else text)
     assert request.total_text_length() == len(text)
+
+
+@pytest.mark.parametrize(("prompt", "n", "choices"), [
+    ("x", None, 1), ("x", 3, 3), (["a", "b", "c"], None, 3), ([[1, 2], [3, 4]], 2, 4),
+    ([1, 2], 2, 2),
+])
+def test_a_canned_completion_answers_every_prompt_n_times(
+    prompt: object, n: int | None, choices: int
+) -> None:
+    assert parse_request(body(model="m", prompt=prompt, n=n), COMPLETIONS).choices == choices
 
 
 @pytest.mark.parametrize("stream", [False, None], ids=["false", "null"])
@@ -329,6 +338,18 @@ BAD = [
     ("prompt number", b'{"model":"m","prompt":3}', COMPLETIONS, "prompt", "token ids"),
     ("prompt mixed list", b'{"model":"m","prompt":["a",1]}', COMPLETIONS, "prompt", "token ids"),
     ("prompt object", b'{"model":"m","prompt":{"a":1}}', COMPLETIONS, "prompt", "token ids"),
+    # as OpenAI and vLLM refuse them (a backend would answer with its own error)
+    ("prompt empty list", b'{"model":"m","prompt":[]}', COMPLETIONS, "prompt", "non-empty"),
+    ("prompt empty ids", b'{"model":"m","prompt":[[1],[]]}', COMPLETIONS, "prompt", "token ids"),
+    ("prompt negative id", b'{"model":"m","prompt":[5,-1]}', COMPLETIONS, "prompt", "token ids"),
+    ("prompt boolean ids", b'{"model":"m","prompt":[true]}', COMPLETIONS, "prompt", "token ids"),
+    ("prompt huge id", b'{"model":"m","prompt":[100000000000000000000]}', COMPLETIONS, "prompt",
+     "token ids"),
+    ("responses input empty", b'{"model":"m","input":""}', RESPONSES, "input",
+     "non-empty string or array"),
+    ("stream_options without stream",
+     b'{"model":"m","messages":[{"role":"user","content":"a"}],"stream_options":{}}', CHAT,
+     "stream_options", "only allowed when 'stream' is true"),
     ("nested 100k deep", DEEP, CHAT, None, "nested too deeply"),
 ]
 
