@@ -37,6 +37,9 @@ _INTERNAL = adapter.immediate_response(
 
 
 _RESET_GRACE_S = 0.005
+# A reset this far into the message timeout is Envoy's timeout firing (its clock starts when
+# it sends the message, a little before the router reads it); sooner, the client went away.
+_TIMEOUT_SHARE = 0.9
 
 
 class StateHolder:
@@ -59,6 +62,7 @@ class ExtProcServicer:
         status = "ok"
         started = time.perf_counter()
         phase: Phase | None = None  # the message being answered; None between messages
+        phase_started = started
         stream = requests.__aiter__()
         try:
             async for raw in stream:
@@ -70,6 +74,7 @@ class ExtProcServicer:
                     await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "unreadable message")
                     return
                 phase = message.phase
+                phase_started = time.perf_counter()
                 try:
                     response = await processor.handle(message)
                 except Exception:
@@ -90,7 +95,9 @@ class ExtProcServicer:
         except (asyncio.CancelledError, GeneratorExit):
             if not processor.finished:  # Envoy may reset as soon as it has the last answer
                 status = "cancelled"
-                self._log_cancelled(processor, phase, time.perf_counter() - started)
+                now = time.perf_counter()
+                self._log_cancelled(processor, phase, now - started, now - phase_started,
+                                    state.config.router.message_timeout_ms / 1000)
             raise
         finally:
             state.metrics.stream_ended(status)
@@ -102,15 +109,20 @@ class ExtProcServicer:
                 await aclose()
 
     def _log_cancelled(
-        self, processor: StreamProcessor, phase: Phase | None, elapsed_s: float
+        self, processor: StreamProcessor, phase: Phase | None, elapsed_s: float,
+        answering_s: float, message_timeout_s: float,
     ) -> None:
-        """A warning when Envoy gave up while a message was being answered (the router was
-        too slow: Envoy answered the client itself, usually 504); info when it ended the
-        stream between messages. Never the request's content or headers but its id."""
-        level = logging.WARNING if phase is not None else logging.INFO
-        self._logger.log(level, "stream cancelled", extra={
+        """A warning when Envoy gave up on a message the router was answering for about its
+        message timeout (the router was too slow: Envoy answered the client itself, usually
+        504); info when the stream ended between messages or sooner (the client went away
+        and Envoy reset the stream: `cause` says which). Never the request's content or
+        headers but its id."""
+        timed_out = phase is not None and answering_s >= _TIMEOUT_SHARE * message_timeout_s
+        self._logger.log(logging.WARNING if timed_out else logging.INFO, "stream cancelled",
+                         extra={
             "request_id": processor.request_id,
             "phase": phase.value if phase is not None else "between_messages",
+            "cause": "message_timeout" if timed_out else "downstream_reset",
             "elapsed_ms": round(elapsed_s * 1000, 1)})
 
     def handler(self) -> grpc.GenericRpcHandler:

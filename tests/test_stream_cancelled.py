@@ -9,6 +9,7 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
+from types import SimpleNamespace
 
 import grpc
 import pytest
@@ -16,7 +17,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from classifiers.scan import ScanCancelled
 from extproc.config import load_config_text
+from extproc.envoy_adapter import Phase
 from extproc.server import Router
+from extproc.servicer import ExtProcServicer, StateHolder
 from extproc.signals import evaluator as evaluator_module
 from tests.adapter_support import core, ep
 from tests.scan_support import Records, SlowScan
@@ -124,7 +127,7 @@ async def test_cancelled_stream_is_counted_and_logged(
         await call.read()
         await call.write(_body("a long prompt " * 100))
         await _until(lambda: scan.chunks >= 2)  # in the body phase, scanning
-        call.cancel()  # what Envoy does when its message timeout fires
+        call.cancel()  # what Envoy does when the client goes away mid-request
         await _until(lambda: _streams(instance)["cancelled"] == 1)
         assert await asyncio.to_thread(scan.stopped.wait, 1.0)
         assert isinstance(scan.error, ScanCancelled)
@@ -132,7 +135,9 @@ async def test_cancelled_stream_is_counted_and_logged(
         cancelled = [r for r in records.records if r.getMessage() == "stream cancelled"]
         assert len(cancelled) == 1
         line = cancelled[0]
-        assert line.levelno == logging.WARNING
+        # long before the message timeout (60 s): the client went away, not a slow router
+        assert line.levelno == logging.INFO
+        assert line.cause == "downstream_reset"  # type: ignore[attr-defined]
         assert line.request_id == "r-slow"  # type: ignore[attr-defined]
         assert line.phase == "request_body"  # type: ignore[attr-defined]
         assert line.elapsed_ms >= 10  # type: ignore[attr-defined]
@@ -160,3 +165,26 @@ async def test_stream_cancelled_between_messages_is_logged_at_info(
     assert line.levelno == logging.INFO
     assert line.request_id == "r-gone"  # type: ignore[attr-defined]
     assert line.phase == "between_messages"  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(("answering_s", "level", "cause"), [
+    (4.9, logging.WARNING, "message_timeout"),  # Envoy's 5 s timer started before we read
+    (5.3, logging.WARNING, "message_timeout"),
+    (0.4, logging.INFO, "downstream_reset"),
+])
+def test_a_reset_at_the_message_timeout_is_a_warning(
+    answering_s: float, level: int, cause: str
+) -> None:
+    """Only a reset about the message timeout into a message says the router was too slow."""
+    records = Records()
+    logger = logging.getLogger("test.stream_cancelled.level")
+    logger.addHandler(records)
+    try:
+        servicer = ExtProcServicer(StateHolder(None), logger)  # type: ignore[arg-type]
+        processor = SimpleNamespace(request_id="r-1")
+        servicer._log_cancelled(processor, Phase.REQUEST_BODY,  # type: ignore[arg-type]
+                                answering_s + 0.1, answering_s, 5.0)
+    finally:
+        logger.removeHandler(records)
+    (line,) = records.records
+    assert (line.levelno, line.cause) == (level, cause)  # type: ignore[attr-defined]
