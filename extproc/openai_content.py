@@ -117,3 +117,27 @@ def prompt_text(value: Any) -> tuple[str, int]:
 
 def _token_id(value: Any) -> bool:
     return type(value) is int and 0 <= value < 2**31
+
+
+def template_extras(fields: dict[str, Any]) -> list[tuple[str, str]]:
+    """What vLLM's chat template also puts before the model beside the messages, as (role,
+    text): a request's own ``chat_template`` and the string values of its
+    ``chat_template_kwargs`` (instructions), and retrieved ``documents`` (results, as a tool's
+    are). Malformed values are left for the backend to refuse."""
+    extras: list[tuple[str, str]] = []
+    template = fields.get("chat_template")
+    if isinstance(template, str) and template:
+        extras.append(("system", template))
+    kwargs = fields.get("chat_template_kwargs")
+    if isinstance(kwargs, dict):
+        texts = [v for v in kwargs.values() if isinstance(v, str) and v]
+        if texts:
+            extras.append(("system", "\n".join(texts)))
+    documents = fields.get("documents")
+    if isinstance(documents, list):
+        for document in documents:
+            values = document.values() if isinstance(document, dict) else [document]
+            text = "\n".join(v for v in values if isinstance(v, str) and v)
+            if text:
+                extras.append(("tool", text))
+    return extras

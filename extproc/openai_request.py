@@ -20,7 +20,14 @@ from typing import Any
 from extproc.confusables import readable
 from extproc.errors import BadRequest
 from extproc.names import CHAT_COMPLETIONS_PATH, COMPLETIONS_PATH, RESPONSES_PATH
-from extproc.openai_content import call_text, content_text, item_text, prompt_text, tool_names
+from extproc.openai_content import (
+    call_text,
+    content_text,
+    item_text,
+    prompt_text,
+    template_extras,
+    tool_names,
+)
 
 
 class Endpoint(Enum):
@@ -291,6 +298,8 @@ def parse_request(body: bytes, endpoint: Endpoint) -> OpenAIRequest:
     if endpoint is Endpoint.CHAT:
         messages = _messages(fields.get("messages"))
         raw_messages = tuple(fields["messages"])
+        # vLLM's template reads these too: first, so the last message stays the last
+        messages = (*(Message(role, text) for role, text in template_extras(fields)), *messages)
         prompt = ""
     elif endpoint is Endpoint.RESPONSES:
         messages = _responses_input(fields.get("input"), fields.get("instructions"))

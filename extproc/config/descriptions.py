@@ -11,9 +11,11 @@ _LEARNED = "signals[type=domain,jailbreak,embedding,sequence,token]"
 _TEXT_SOURCE = ("what this signal reads, overriding `router.text_source` (e.g. `all_user` for "
                 "a guard that must see every user turn; `tools`: the names of the tools the "
                 "request offers, one per line; `instructions`: the system and developer "
-                "messages, and a Responses request's `instructions`; `assistant`: the "
+                "messages, a Responses request's `instructions`, and vLLM's `chat_template` "
+                "and `chat_template_kwargs` strings; `assistant`: the "
                 "assistant turns the client sends back, tool calls included; `tool_results`: "
-                "tool and function results); unset: `router.text_source`")
+                "tool and function results, and vLLM's `documents`); unset: "
+                "`router.text_source`")
 _BACKEND = "providers.models[].backend_refs[]"
 
 DESCRIPTIONS: dict[str, str] = {
