@@ -5,12 +5,20 @@ Constraints:
   delivers results with `loop.call_soon_threadsafe`.
 - Bounded everywhere: at most `max_queue` waiting items (a full queue raises `Overloaded` at once),
   every call waits at most `timeout_ms` (`ClassifierTimeout`), shutdown joins with a timeout.
-- A backlog the workers cannot clear in time sheds at once too: a call whose predicted wait (the
-  items ahead of it and its own batch's, at the recent cost per item, shared by the workers)
-  exceeds `SHED_FRACTION` of its timeout raises `Overloaded` on arrival instead of timing out
-  later, so a burst beyond the host's rate is answered "busy, retry" in microseconds while the
-  requests already queued are served in time; a call still queued at its timeout is an
-  overload too (it never got a worker), not a classifier timeout.
+- A backlog the workers cannot clear in time sheds at once too: a call whose predicted wait (what
+  the running batches have left, the items ahead of it and its own batch's, at the recent cost
+  per item, shared by the workers) exceeds `SHED_FRACTION` of its timeout raises `Overloaded` on
+  arrival instead of timing out later, so a burst beyond the host's rate is answered "busy,
+  retry" in microseconds while the requests already queued are served in time; a call still
+  queued at its timeout is an overload too (it never got a worker), not a classifier timeout.
+  The cost per item is the batches' wall time (on a saturated host a worker gets a fraction of
+  a core, and that is the rate it serves at), never less than a running batch has already
+  taken per item: a batch running long (escalations, a starved CPU) raises the estimate at once.
+- A worker takes no more items into a batch than it can finish, at that cost, before the
+  earliest of their deadlines (at least one): the rest stay queued for the next free worker or
+  time out there as an overload, instead of being started too late and ending past their
+  timeout, routed without the classifier's answer (the first burst on a queue with no batch
+  measured yet admits everything).
 - A forward-pass error fails every caller of that batch with `ClassifierError`.
 - `max_wait_ms` is only spent when the queue is under load (the previous batch held more than one
   item or a backlog was waiting); a lone request is dispatched at once, so batching costs idle
@@ -61,6 +69,7 @@ class _Entry(Generic[I, R]):
     item: I
     future: asyncio.Future[R]
     enqueued: float = field(default_factory=time.perf_counter)
+    deadline: float = float("inf")  # perf_counter time its caller stops waiting
 
 
 def _resolve(future: asyncio.Future[R], result: R) -> None:
@@ -140,6 +149,7 @@ class BatchQueue(Generic[I, R]):
         self._size_of = size_of
         self._parallel_size = parallel_size
         self._item_seconds = 0.0  # running mean of a batch's wall time per item, one worker
+        self._started: dict[int, tuple[float, int]] = {}  # worker -> (start, items) of its batch
 
     async def start(self) -> None:
         """Start the worker threads, bound to the running event loop."""
@@ -191,15 +201,13 @@ class BatchQueue(Generic[I, R]):
                     f"{self.name}: queue full ({self.settings.max_queue} waiting requests)"
                 )
             limit = self.settings.timeout_ms / 1000.0 if timeout_s is None else timeout_s
-            # the items ahead, then the caller's own batch, which the items behind it fill
-            # in a burst (a batch ends when its last item does)
+            now = time.perf_counter()
             ahead = len(self._pending)
-            own = min(self.settings.max_batch_size, ahead + 1)
-            wait = (ahead + own) * self._item_seconds / self.workers
+            wait = self._predicted_wait(ahead, now)
             if wait > SHED_FRACTION * limit:
                 raise Overloaded(f"{self.name}: {ahead} waiting requests would take "
                                  f"about {wait * 1000:.0f} ms (timeout {limit * 1000:.0f} ms)")
-            entry = _Entry(item, future)
+            entry = _Entry(item, future, now, now + limit)
             self._pending.append(entry)
             self._cond.notify_all()
         try:
@@ -215,6 +223,40 @@ class BatchQueue(Generic[I, R]):
             if waiting:
                 raise Overloaded(f"{self.name}: still queued after {limit * 1000:.0f} ms") from err
             raise ClassifierTimeout(f"{self.name}: no result within {limit * 1000:.0f} ms") from err
+
+    def _item_cost(self, now: float) -> float:
+        """Seconds per item on one worker (lock held): the running mean of finished batches,
+        but never less than a running batch has already taken per item."""
+        cost = self._item_seconds
+        for started, count in self._started.values():
+            cost = max(cost, (now - started) / count)
+        return cost
+
+    def _predicted_wait(self, ahead: int, now: float) -> float:
+        """Seconds until a call arriving now behind `ahead` waiting items has its result (lock
+        held): what the running batches have left, the items ahead, then the caller's own
+        batch, which the items behind it fill in a burst (a batch ends when its last item
+        does), at `_item_cost`, shared by the workers."""
+        cost = self._item_cost(now)
+        if not cost:
+            return 0.0
+        own = min(self.settings.max_batch_size, ahead + 1)
+        left = sum(max(0.0, count * cost - (now - started))
+                   for started, count in self._started.values())
+        return (left + (ahead + own) * cost) / self.workers
+
+    def _fits(self, count: int, now: float) -> int:
+        """How many of the first `count` waiting items (at least one) one worker can finish,
+        at `_item_cost`, before the earliest of their deadlines (lock held)."""
+        cost = self._item_cost(now)
+        if not cost:
+            return count
+        earliest = float("inf")
+        for k in range(count):
+            earliest = min(earliest, self._pending[k].deadline)
+            if k and now + (k + 1) * cost > earliest:
+                return k
+        return count
 
     def _take_batch(self) -> tuple[list[_Entry[I, R]], int] | None:
         """Block until a batch is ready (or shutdown: None): the batch and the intra-op threads
@@ -241,7 +283,7 @@ class BatchQueue(Generic[I, R]):
                     remaining = deadline - time.perf_counter()
                 self._collecting = False
             ready = min(size, len(self._pending))
-            count = self._portion(ready)
+            count = self._fits(self._portion(ready), time.perf_counter())
             self._left_for_others = count < ready
             batch = [self._pending.popleft() for _ in range(count)]
             self._busy = count > 1 or bool(self._pending)
@@ -311,17 +353,24 @@ class BatchQueue(Generic[I, R]):
         for entry in batch:
             self._report_timing("queue", picked - entry.enqueued)
         self._report_batch(len(batch))
+        worker = threading.get_ident()
+        with self._cond:
+            self._started[worker] = (picked, len(batch))
         try:
             results = self._process([entry.item for entry in batch], self._report_timing)
             cost = (time.perf_counter() - picked) / len(batch)
-            weight = _COST_WEIGHT if self._item_seconds else 1.0  # the first batch sets it
-            self._item_seconds += weight * (cost - self._item_seconds)
+            with self._cond:
+                weight = _COST_WEIGHT if self._item_seconds else 1.0  # the first batch sets it
+                self._item_seconds += weight * (cost - self._item_seconds)
+                del self._started[worker]
             if len(results) != len(batch):
                 raise ClassifierError(
                     f"{self.name}: batch function returned {len(results)} results "
                     f"for {len(batch)} inputs"
                 )
         except Exception as err:  # every caller of this batch must learn of the failure
+            with self._cond:
+                self._started.pop(worker, None)
             _log.exception("classifier %s: batch of %d failed", self.name, len(batch))
             error = (
                 err
