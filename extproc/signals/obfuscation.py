@@ -28,6 +28,8 @@ _LEET_WORD = re.compile(
     re.IGNORECASE,
 )
 # three or more single characters, each followed by the same separator as the first
+# (linear: a run's first attempt matches, backtracking off a glued end, and `sub` goes on
+# after it)
 _SPELLED = re.compile(
     r"(?<![\w.*_-])[a-z0-9@$](?P<sep>[ .*_-])[a-z0-9@$](?:(?P=sep)[a-z0-9@$])+(?![\w@$])",
     re.IGNORECASE,
@@ -35,8 +37,11 @@ _SPELLED = re.compile(
 _SPACES = re.compile(r"[ \t]{2,}")
 # words spelled out with one space between letters and two or more between words ("h o w  t o
 # m a k e"): read word by word, so two-letter words count too
+# (linear: tried only where a run of single characters starts, never inside one, and without
+# backtracking: a long run of single-spaced letters is one failed attempt, not one per letter)
 _SPACED_WORDS = re.compile(
-    r"(?<!\S)[a-z0-9@$](?: [a-z0-9@$])*(?: {2,}[a-z0-9@$](?: [a-z0-9@$])*){2,}(?!\S)",
+    r"(?<!\S)(?<!\s[a-z0-9@$] )(?<!^[a-z0-9@$] )"
+    r"[a-z0-9@$](?: [a-z0-9@$])*+(?: {2,}+[a-z0-9@$](?: [a-z0-9@$])*+){2,}(?!\S)",
     re.IGNORECASE,
 )
 
