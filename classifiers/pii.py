@@ -239,17 +239,19 @@ class PiiDetector:
             ]
         upper = upper_ibans(text) if "IBAN_CODE" in self.entity_types else None
         if upper is not None:
-            candidates += [f for f in self._scan(upper) if f.entity_type == "IBAN_CODE"]
+            candidates += self._scan(upper, only="IBAN_CODE")
         return candidates
 
-    def _scan(self, text: str) -> list[PiiFinding]:
+    def _scan(self, text: str, only: str | None = None) -> list[PiiFinding]:
+        """`_candidates` of one text as written (`only`: of that entity type alone)."""
         refiner = Refiner(text) if self._policy else None
         lowered = text.lower()
-        gate = "PHONE_NUMBER" in self.entity_types and bool(_PHONE_CANDIDATE.search(text))
+        types = self.entity_types if only is None else (only,)
+        gate = "PHONE_NUMBER" in types and bool(_PHONE_CANDIDATE.search(text))
         candidates: list[PiiFinding] = []
         for recognizer in self._recognizers:
             entity = recognizer.entity
-            if entity == "PHONE_NUMBER" and not gate:
+            if (entity == "PHONE_NUMBER" and not gate) or entity not in types:
                 continue
             for found in recognizer.analyze(text):
                 if entity == "PHONE_NUMBER":
@@ -265,7 +267,7 @@ class PiiDetector:
                 candidates.append(
                     self._finding(entity, found.start, found.end, found.score, context)
                 )
-        if "US_SSN" in self.entity_types:
+        if "US_SSN" in types:
             candidates += self._labelled_ssns(text)
         if gate:  # dialled shapes libphonenumber rejects, bare runs next to a phone word
             for start, end, score, context in phones.find_phones(text, lowered):
