@@ -4,14 +4,16 @@ keyword signals that ask for it (``read_obfuscated: true``: the guards' phrase l
 - leetspeak: a word of letters and the digits or symbols that stand for letters ("m4k3 m3th",
   "1gn0r3", "pa$$w0rd") reads 0 as o, 1 as i, 3 as e, 4 and @ as a, 5 and $ as s, 7 as t. Only
   a word made of nothing else changes, so "sha256", "k8s" or "i18n" stay as they are;
-- letters spelled out one at a time ("i g n o r e", "b.o.m.b", "m-e-t-h"): four or more single
-  letters with the same separator read as one word;
+- letters spelled out one at a time ("i g n o r e", "b.o.m.b", "m-e-t-h"): three or more single
+  letters with the same separator read as one word, and words spelled so and set two spaces
+  apart ("h o w  t o") word by word;
 - and then runs of spaces as one ("ignore  all  previous");
-- payloads hidden in base64, hex, binary, Morse or named ROT13, decoded
-  (``extproc.signals.encodings``) and read after the text.
+- payloads hidden in base64, hex, binary, Morse or named ROT13, and strings assigned to
+  variables, decoded or joined (``extproc.signals.encodings``) and read after the text.
 
 This is a second text a signal also searches when the first has no match; ``None`` when the
-text has none of these spellings (most texts), so the usual cost is one regex search.
+text has none of these spellings (most texts: a few linear regex searches), computed once per
+text for all the signals that read it.
 """
 
 from __future__ import annotations
