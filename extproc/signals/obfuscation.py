@@ -37,6 +37,9 @@ _SPELLED = re.compile(
     re.IGNORECASE,
 )
 _SPACES = re.compile(r"[ \t]{2,}")
+# in a text with this many leetspeak words, a lone 1, 4, 0 or 3 is a letter too
+LEET_TEXT_WORDS = 2
+_LEET_LETTER = re.compile(r"(?<![\w.,])[0134](?![\w.,])")
 # words spelled out with one space between letters and two or more between words ("h o w  t o
 # m a k e"): read word by word, so two-letter words count too
 # (linear: tried only where a run of single characters starts, never inside one, and without
@@ -58,7 +61,9 @@ def deobfuscated(text: str) -> str | None:
         return None
     joined = _SPACED_WORDS.sub(_join_spaced_words, text)
     joined = _SPELLED.sub(lambda match: match.group(0).replace(match.group("sep"), ""), joined)
-    read = _LEET_WORD.sub(lambda match: match.group(0).translate(_LEET), joined)
+    read, words = _LEET_WORD.subn(lambda match: match.group(0).translate(_LEET), joined)
+    if words >= LEET_TEXT_WORDS:  # a text in leetspeak: "h0w d0 1 m4k3 4 ..." ("I", "a")
+        read = _LEET_LETTER.sub(lambda match: match.group(0).translate(_LEET), read)
     read = _SPACES.sub(" ", read)
     if payloads:
         read = "\n".join((read, *payloads))
