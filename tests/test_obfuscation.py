@@ -4,11 +4,18 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from classifiers.pii import PiiDetector
 from classifiers.scan import ScanBudget
-from extproc.config import load_config_text
+from extproc.config import load_config, load_config_text
 from extproc.signals.obfuscation import deobfuscated
 from extproc.signals.specs import KEYWORD_INLINE_CHARS, KeywordSpec
+from tests.test_config import DEFAULT_YAML
+
+DEFAULT_KEYWORDS = [s for s in load_config(DEFAULT_YAML).signals if isinstance(s, KeywordSpec)]
+PII = PiiDetector()
 
 
 @pytest.mark.parametrize(("text", "read"), [
@@ -56,3 +63,20 @@ def test_a_long_text_is_read_again_chunk_by_chunk() -> None:
     assert _guard(True).scan(text, ScanBudget(5.0)).matched
     assert not _guard(False).scan(text, ScanBudget(5.0)).matched
     assert not _guard(True).scan(padding * 2, ScanBudget(5.0)).matched
+
+
+PIECES = st.sampled_from([*"aeio1347 .-_*=:'\"\n\t+/@$ÀßЖ中😀\u200b", "  ", "\r\n", "rot13 ",
+                          "backwards ", "card ", "ssn ", "a='", "'; ", "QUJD", "4111 "])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(PIECES, max_size=120).map("".join) | st.text(max_size=200))
+def test_any_text_reads_without_error(text: str) -> None:
+    """Whatever the text, the obfuscated reading is a string or None, every default keyword
+    list reads it, and PII findings (rejoined pieces included) point inside it."""
+    read = deobfuscated(text)
+    assert read is None or isinstance(read, str)
+    for spec in DEFAULT_KEYWORDS:
+        spec.evaluate(text)
+    for finding in PII.detect(text):
+        assert 0 <= finding.start < finding.end <= len(text)
