@@ -86,19 +86,15 @@ EXTRA_CARD_PATTERNS = (
 )
 # Beyond Presidio (classifiers.pii_policy): cards grouped with dots, slashes, underscores,
 # tabs, line breaks, runs of spaces or " - ", the same separator throughout (4-4-4-4,
-# 4-4-4-4-3, Amex 4-6-5), a bare number glued to words ("card4111...", "...1111exp"), and
-# groups broken over lines.
+# 4-4-4-4-3, Amex 4-6-5), and a bare number glued to words ("card4111...", "...1111exp").
+# Groups broken over lines in other ways are read rejoined (classifiers.pii_split).
 _SEPARATOR = r"(?P<sep>[ \t\n._/]{1,3}| - )"
-_LINE_BREAK = r"(?:[ \t._/-]{0,3}\r?\n[ \t]{0,8}|[ \t._/-]{1,3})"
 SEPARATED_CARD_PATTERNS = (
     ("separated_16_19", rf"\b[2-6]\d{{3}}{_SEPARATOR}\d{{4}}(?P=sep)\d{{4}}(?P=sep)\d{{4}}"
                         rf"(?:(?P=sep)\d{{3}})?\b"),
     ("separated_amex", rf"\b3[47]\d{{2}}{_SEPARATOR}\d{{6}}(?P=sep)\d{{5}}\b"),
     ("glued", r"(?<!\d)(?:4\d{15}(?:\d{3})?|5[1-5]\d{14}|2[2-7]\d{14}|3[47]\d{13}|6\d{15})"
               r"(?!\d)"),
-    # broken over lines, separators mixed ("4111 1111\n1111 1111": two content parts are
-    # joined by a line break); kept only with a card word nearby (classifiers.pii_policy)
-    ("line_broken", rf"\b[2-6]\d{{3}}(?:{_LINE_BREAK}\d{{4}}){{3}}\b"),
 )
 API_KEY_CONTEXT = ("api", "key", "token", "secret", "bearer", "authorization", "credential")
 

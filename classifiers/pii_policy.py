@@ -12,8 +12,6 @@ Shapes (`Refiner.keep`), each decided on a finding with the context words around
 - a card number is a card only at a length its network issues with its prefix: 16-digit
   runs starting with 1 are microsecond timestamps and 15-digit runs starting with 35 are IMEIs
   (one in ten of the first, every one of the second, passes the Luhn check);
-- a card number whose groups are broken over lines in different ways ("4111 1111\n1111 1111",
-  two content parts) is one only with a card word nearby: otherwise a table of numbers;
 - an unseparated card-length digit run without a card word, in a text holding several such
   runs, is an identifier column (order ids, trace ids): one in ten of those passes Luhn too;
 - an SSN written with spaces or dots ("512 48 2210": tensor shapes, table columns) needs an SSN
@@ -71,7 +69,6 @@ _IDENTIFIER_LABEL = re.compile(
 _SSN_SHAPE_LABEL = re.compile(
     r"\b(?:model|version|build|shapes?|dims|dimensions|tensor|call|phone|tel|telephone|fax|"
     r"mobile|cell)\b[^0-9\n]{0,12}$", re.IGNORECASE)
-_GROUP_SEPARATOR = re.compile(r"\D+")
 _GLUED_BEFORE = re.compile(r"[0-9][-./]$")
 _GLUED_AFTER = re.compile(r"[-./][0-9]")
 # Placeholder keys: a repeated filler character, or a word that says so.
@@ -126,11 +123,7 @@ class Refiner:
         digits = "".join(c for c in value if c.isdigit())
         if not issued_length(digits):
             return False
-        if context:
-            return True
-        if "\n" in value and len(set(_GROUP_SEPARATOR.findall(value))) > 1:
-            return False  # groups broken over lines in different ways: a table of numbers
-        if digits != value:
+        if context or digits != value:
             return True
         if self._long_runs is None:
             self._long_runs = sum(1 for _ in _LONG_RUN.finditer(self._text))

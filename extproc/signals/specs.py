@@ -41,8 +41,9 @@ class KeywordSpec:
     without any is not searched further."""
 
     read_obfuscated: bool = False
-    """Also search the text with leetspeak and spelled-out letters read as words
-    (``extproc.signals.obfuscation``) when the text itself has no match."""
+    """Also search the text's obfuscated reading (``extproc.signals.obfuscation``: leetspeak
+    and spelled-out letters as words, encoded payloads decoded) when the text itself has no
+    match."""
 
     def evaluate(self, text: str) -> SignalResult:
         label = self._first(fold_case(text) if self.fold else text)
