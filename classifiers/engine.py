@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
@@ -58,9 +59,26 @@ EncoderQueue = BatchQueue[EncoderRequest, dict[str, SignalScore]]
 ModelQueue = BatchQueue[str, SignalScore]
 
 
+BUNDLED_PREFIX = "bundled:"  # `model: bundled:harm` names `classifiers/models/harm`
+
+
 def default_head_dir(kind: str) -> Path:
     """Bundled default head of a kind: `classifiers/models/<kind>`."""
     return MODELS_DIR / kind
+
+
+def head_dir_of(model: str | None, kind: str) -> Path:
+    """A head signal's directory: `model` as a path, `bundled:<name>` for a head shipped in
+    `classifiers/models` (so a config names it wherever the package is installed), or unset
+    for the kind's bundled default."""
+    if model is None:
+        return default_head_dir(kind)
+    if model.startswith(BUNDLED_PREFIX):
+        name = model.removeprefix(BUNDLED_PREFIX)
+        if not re.fullmatch(r"[a-z0-9][a-z0-9_-]*", name):
+            raise ClassifierError(f"model {model!r}: a bundled head is named by [a-z0-9_-]")
+        return MODELS_DIR / name
+    return Path(model)
 
 
 def _safe(callback: Callable[P, None] | None, logger: logging.Logger) -> Callable[P, None] | None:
@@ -78,7 +96,7 @@ def _safe(callback: Callable[P, None] | None, logger: logging.Logger) -> Callabl
 
 def _head_dir(spec: LearnedSignalSpec, long: bool) -> Path:
     """A domain/jailbreak signal's head directory (`long`: its `long/` head for the student)."""
-    parent = Path(spec.model) if spec.model else default_head_dir(spec.kind)
+    parent = head_dir_of(spec.model, spec.kind)
     return parent / LONG_HEADS if long else parent
 
 

@@ -189,7 +189,8 @@ DESCRIPTIONS: dict[str, str] = {
     "signals[type=context_length].min_tokens": "matched at or above this many estimated tokens",
     "signals[type=context_length].max_tokens": "matched at or below this many estimated tokens",
     f"{_LEARNED}.model": "classifier head directory (`domain`, `jailbreak`; unset: the bundled "
-        "head) or Hugging Face model directory or hub id (`sequence`, `token`)",
+        "head; `bundled:<name>`: the head shipped in classifiers/models/<name>) or Hugging Face "
+        "model directory or hub id (`sequence`, `token`)",
     f"{_LEARNED}.threshold": "lowest probability (or cosine, for `embedding`) that matches",
     f"{_LEARNED}.examples": "`embedding` only (and required there): example utterances per "
         "label",

@@ -247,6 +247,21 @@ def test_missing_default_head_fails_build(
         )
 
 
+def test_bundled_names_a_head_shipped_in_the_package(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(engine_module, "MODELS_DIR", tmp_path / "models")
+    assert engine_module.head_dir_of("bundled:harm", "jailbreak") == tmp_path / "models/harm"
+    assert engine_module.head_dir_of(None, "jailbreak") == tmp_path / "models/jailbreak"
+    assert engine_module.head_dir_of("heads/harm", "jailbreak") == Path("heads/harm")
+    for bad in ("bundled:../secrets", "bundled:", "bundled:a/b"):
+        with pytest.raises(ClassifierError, match="bundled head"):
+            engine_module.head_dir_of(bad, "jailbreak")
+    spec = LearnedSignalSpec(name="harm", kind="jailbreak", model="bundled:harm")
+    with pytest.raises(ClassifierError, match=r"no head at .*models/harm"):
+        SignalEngine.build(ClassifierSettings(device="cpu"), [spec])
+
+
 def test_head_of_other_width_fails_build(tmp_path: Path, head_factory: MakeHead) -> None:
     head_dir = head_factory(tmp_path / "h", ("x", "y"), dim=128)
     spec = LearnedSignalSpec(name="d", kind="domain", model=str(head_dir))
