@@ -152,7 +152,8 @@ async def test_slow_scan_takes_on_error(
     state = _state(on_error)
     started = time.perf_counter()
     response = await _send(state, "x " * 1000)
-    assert time.perf_counter() - started < 0.3 + 0.2
+    # cut at the 0.3 s budget, not after the scan's 10 s (slack for a loaded CI host)
+    assert time.perf_counter() - started < 2.0
     assert response.immediate_response is not None
     assert response.immediate_response.status.code == status  # type: ignore[union-attr]
     assert await asyncio.to_thread(scan.stopped.wait, 1.0)
