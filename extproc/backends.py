@@ -51,8 +51,9 @@ class BackendCatalog:
         self.prober = Prober(config.router.probe, logger, self._on_probe)
         self.registry = WorkerRegistry(config.models, state_dir, logger, self._on_workers)
 
-    async def start(self) -> None:
-        """Load workers (config, then the state file), run the first probe round."""
+    def load_workers(self) -> None:
+        """Load workers (config, then the state file): before the admin API opens, so a
+        registration made while the classifiers load is not overwritten."""
         configured, errors = static_workers(self.config.source.workers, self.config.models)
         for error in errors:  # the loader reported these already; files may have changed
             self.logger.error("config worker skipped", extra={"error": error})
@@ -60,6 +61,9 @@ class BackendCatalog:
         if self.registry.state_dir is None:
             self.logger.info("worker registrations are kept in memory only "
                              "(set router.state_dir or --state-dir to persist them)")
+
+    async def start(self) -> None:
+        """Run the first probe round (after :meth:`load_workers`), then keep probing."""
         self.prober.credentials = backend_auth(self.config)
         self.prober.set_targets(self.refs())
         await self.prober.start()
@@ -147,7 +151,8 @@ class BackendCatalog:
         if draining:
             reasons.append("draining: the router is shutting down")
         elif not started:
-            reasons.append("router not started (classifiers loading or stopping)")
+            reasons.append("router not started (classifiers loading, the bundled Envoy starting, "
+                           "or stopping)")
         if not models[default]["ready"]:
             why = "; ".join(f"{e['name']}: {e['reason']}" for e in models[default]["endpoints"])
             reasons.append(f"default model '{default}' has no ready endpoint ({why})")

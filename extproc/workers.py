@@ -22,27 +22,32 @@ Contracts:
 * :class:`WorkerRegistry` keeps config-defined workers (read-only) and API-registered ones;
   the latter are written to ``<state_dir>/workers.json`` (see :mod:`extproc.worker_state`:
   crash-safe, and an unreadable file is moved aside, not overwritten).
-* Two workers never share an endpoint (host and port) for the same model: Envoy would see
-  one endpoint twice. Such a registration is refused with 409 ``endpoint_in_use``; the same
-  worker_id may re-register (update) at its own endpoint.
+* Two workers, or a worker and a config ``backend_refs`` entry, never share an endpoint
+  (host and port) for the same model: Envoy would see one endpoint twice. Such a registration
+  is refused with 409 ``endpoint_in_use``; the same worker_id may re-register (update) at its
+  own endpoint.
+* Endpoints the router must never call are 400s (:mod:`extproc.worker_endpoint`): link-local,
+  unspecified, multicast and cloud-metadata hosts, and the router's own ports
+  (``own_endpoints``), which would make a loop.
+* At most :data:`MAX_WORKERS` workers. Registrations never expire: a worker DELETEs itself
+  (the prober only takes an unreachable one out of routing).
 """
 
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import json
 import logging
 import re
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 from extproc.config.runtime import ModelTarget
 from extproc.secretscan import key_reason, secret_reason
+from extproc.worker_endpoint import OwnEndpoint, check_endpoint, self_loop
 from extproc.worker_state import read_saved, write_atomically
 
 MAX_BODY_BYTES = 16 * 1024
@@ -56,8 +61,6 @@ STATE_FILE = "workers.json"
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 _WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _META_KEY = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
-_DNS_LABEL = r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)"
-_DNS_NAME = re.compile(rf"{_DNS_LABEL}(?:\.{_DNS_LABEL})*\.?")
 _REQUIRED = ("worker_id", "worker_type", "runtime", "runtime_endpoint", "supported_models",
              "runtime_config")
 _OPTIONAL = ("gpu_metadata", "runtime_metadata", "weight")
@@ -137,59 +140,6 @@ def _check_metadata(name: str, value: Any, problems: list[tuple[str, str]]) -> N
                 problems.append((path, f"{reason}; metadata must not carry secrets or IDs"))
 
 
-def _check_endpoint(value: Any,
-                    problems: list[tuple[str, str]]) -> tuple[str, str, str, int]:
-    """The endpoint with its path made ``/v1``, its scheme, host and port."""
-    if not isinstance(value, str) or len(value) > 512:
-        problems.append(("runtime_endpoint", "must be an http(s) URL string"))
-        return "", "", "", 0
-    try:
-        parts = urlsplit(value)
-        given = parts.port
-    except ValueError as err:
-        problems.append(("runtime_endpoint", f"not a valid URL: {err}"))
-        return "", "", "", 0
-    port = given if given is not None else 443 if parts.scheme == "https" else 80
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        problems.append(("runtime_endpoint", "must be an http:// or https:// URL with a host"))
-    elif (host_problem := _host_problem(parts.hostname)) is not None:
-        problems.append(("runtime_endpoint", host_problem))
-    elif port == 0:
-        problems.append(("runtime_endpoint", "port must be 1-65535"))
-    elif parts.username or parts.password:
-        problems.append(("runtime_endpoint", "must not carry credentials"))
-    elif parts.query or parts.fragment:
-        problems.append(("runtime_endpoint", "must not have a query or fragment"))
-    elif parts.path.rstrip("/") not in ("", "/v1"):
-        problems.append(("runtime_endpoint", "path must be /v1 (an empty path or / means "
-                         "/v1): Envoy forwards /v1/... paths unchanged"))
-    endpoint = urlunsplit((parts.scheme, parts.netloc, "/v1", "", ""))
-    return endpoint, parts.scheme, parts.hostname or "", port
-
-
-def _host_problem(host: str) -> str | None:
-    """Why Envoy could never reach ``host`` (urlsplit's lower-cased hostname), or None."""
-    shown = host[:64]
-    if ":" in host:  # an IPv6 literal
-        if "%" in host:
-            return f"IPv6 zone ids are not accepted ('{shown}'): Envoy cannot use them"
-        try:
-            ipaddress.IPv6Address(host)
-        except ValueError:
-            return f"host '{shown}' is not a valid IPv6 address"
-        return None
-    if host.replace(".", "").isdigit():  # looks like IPv4: must be one
-        try:
-            ipaddress.IPv4Address(host)
-        except ValueError:
-            return f"host '{shown}' is not a valid IPv4 address"
-        return None
-    if len(host) > 253 or not _DNS_NAME.fullmatch(host):
-        return (f"host '{shown}' is not an IP address or DNS name (labels of letters, digits "
-                "and '-', separated by '.')")
-    return None
-
-
 def _resolve_models(value: Any, models: Mapping[str, ModelTarget],
                     problems: list[tuple[str, str]]) -> tuple[tuple[str, ...], tuple[str, ...]]:
     if (not isinstance(value, list) or not value or len(value) > MAX_MODELS
@@ -233,7 +183,7 @@ def parse_worker(data: Any, models: Mapping[str, ModelTarget], *, source: str = 
     for key, pattern in (("worker_id", _ID), ("worker_type", _WORD), ("runtime", _WORD)):
         if not isinstance(data[key], str) or not pattern.fullmatch(data[key]):
             problems.append((key, f"must match ^{pattern.pattern}$"))
-    endpoint, scheme, host, port = _check_endpoint(data["runtime_endpoint"], problems)
+    endpoint, scheme, host, port = check_endpoint(data["runtime_endpoint"], problems)
     supported, resolved = _resolve_models(data["supported_models"], models, problems)
     for name in _METADATA:
         _check_metadata(name, data.get(name, {}), problems)
@@ -297,6 +247,8 @@ class WorkerRegistry:
     state_dir: Path | None = None
     logger: logging.Logger = field(default_factory=lambda: logging.getLogger("semantic_router"))
     on_change: Callable[[], None] = lambda: None
+    own_endpoints: Callable[[], Iterable[OwnEndpoint]] = lambda: ()
+    """The router's own ports (read at each registration: some are bound after start-up)."""
     _workers: dict[str, Worker] = field(default_factory=dict)
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
@@ -315,6 +267,7 @@ class WorkerRegistry:
                 worker = parse_worker(entry.get("worker"), self.models,
                                       now=float(entry.get("registered_at", 0.0)))
                 if worker.worker_id not in self._workers:
+                    self._check_not_self(worker)
                     self._check_endpoint_free(worker)
             except (WorkerError, AttributeError, TypeError, ValueError) as err:
                 self.logger.warning("dropping saved worker", extra={
@@ -325,19 +278,32 @@ class WorkerRegistry:
                 self._workers[worker.worker_id] = _with_times(worker, worker.registered_at,
                                                               updated)
 
+    def _check_not_self(self, worker: Worker) -> None:
+        """Raise 400 when ``worker`` points at one of the router's own ports (a loop)."""
+        if (loop := self_loop(worker.host, worker.port, self.own_endpoints())) is not None:
+            raise WorkerError([("runtime_endpoint", loop)])
+
     def _check_endpoint_free(self, worker: Worker) -> None:
-        """Raise 409 when another worker serves one of ``worker``'s models at its host:port
-        (Envoy would get that endpoint twice for one cluster)."""
+        """Raise 409 when a config backend or another worker serves one of ``worker``'s
+        models at its host:port (Envoy would get that endpoint twice for one cluster)."""
+        where = (worker.host.lower(), worker.port)
+        for model in worker.models:
+            for backend in self.models[model].endpoints:
+                if (backend.host.lower(), backend.port) == where:
+                    self._in_use(worker, model, f"config backend '{backend.name}'")
         for other in self._workers.values():
             if other.worker_id == worker.worker_id or (other.host, other.port) != (
                     worker.host, worker.port):
                 continue
             shared = [m for m in worker.models if m in other.models]
             if shared:
-                host = f"[{worker.host}]" if ":" in worker.host else worker.host
-                raise WorkerError([("runtime_endpoint",
-                                    f"{host}:{worker.port} already serves model '{shared[0]}' "
-                                    f"as worker '{other.worker_id}'")], 409, "endpoint_in_use")
+                self._in_use(worker, shared[0], f"worker '{other.worker_id}'")
+
+    @staticmethod
+    def _in_use(worker: Worker, model: str, owner: str) -> None:
+        host = f"[{worker.host}]" if ":" in worker.host else worker.host
+        raise WorkerError([("runtime_endpoint", f"{host}:{worker.port} already serves model "
+                            f"'{model}' as {owner}")], 409, "endpoint_in_use")
 
     def all(self) -> list[Worker]:
         return sorted(self._workers.values(), key=lambda w: w.worker_id)
@@ -353,10 +319,13 @@ class WorkerRegistry:
             if previous is not None and previous.source == "config":
                 raise WorkerError([("worker_id", "defined in the config file; edit it there")],
                                   409, "worker_is_static")
+            self._check_not_self(worker)
             self._check_endpoint_free(worker)
             if previous is None and len(self._workers) >= MAX_WORKERS:
-                raise WorkerError([("worker_id", f"at most {MAX_WORKERS} workers")], 409,
-                                  "too_many_workers")
+                raise WorkerError([("worker_id", (
+                    f"at most {MAX_WORKERS} workers (config and registered); registrations "
+                    "never expire: DELETE /v1/workers/{worker_id} for workers that are gone "
+                    "to free space"))], 409, "too_many_workers")
             if previous is not None:
                 worker = _with_times(worker, previous.registered_at, worker.updated_at)
             self._workers[worker.worker_id] = worker

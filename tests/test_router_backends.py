@@ -233,7 +233,8 @@ async def test_writes_refused_when_the_token_variable_is_unset(
 
 
 async def test_registrations_survive_a_restart(env: Env, tmp_path: Path) -> None:
-    worker = {**WORKER, "runtime_endpoint": f"http://127.0.0.1:{env.backends['general'].port}/v1",
+    # not at general's config backend: that endpoint is taken (409 endpoint_in_use)
+    worker = {**WORKER, "runtime_endpoint": f"http://127.0.0.1:{env.backends['code'].port}/v1",
               "supported_models": ["general"]}
     router = await env.start_router(tmp_path)
     async with httpx.AsyncClient(base_url=env.admin) as client:

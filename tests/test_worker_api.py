@@ -154,3 +154,42 @@ workers:
     assert shown == {"general-1": ("config", False, True), "cfg-1": ("worker", True, True),
                      "api-1": ("worker", False, False)}
     assert 'semantic_router_model_ready_endpoints{model="general"} 1.0' in metrics
+
+
+async def test_metadata_self_and_config_endpoints_are_refused(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Over HTTP: a cloud-metadata or link-local endpoint and the router's own ports are 400s
+    naming ``runtime_endpoint`` (the router would probe them, then route to them); a config
+    backend's endpoint is a 409 like another worker's; a 5000-digit number is a plain 400."""
+    monkeypatch.setenv(TOKEN_ENV, "t")
+    dead = free_port()
+    router = await _router(CONFIG.format(dead=dead))
+    listener = router.config.listener.address.rsplit(":", 1)[1]
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{router.admin_port}",
+                                     headers={"authorization": "Bearer t"}) as client:
+            answers = {}
+            for name, endpoint in (
+                    ("metadata", "http://169.254.169.254/v1"),
+                    ("mapped", "http://[::ffff:169.254.169.254]:80/v1"),
+                    ("gcp", "http://metadata.google.internal/v1"),
+                    ("unspecified", "http://0.0.0.0:8000/v1"),
+                    ("admin", f"http://127.0.0.1:{router.admin_port}/v1"),
+                    ("grpc", f"http://localhost:{router.grpc_port}/v1"),
+                    ("listener", f"http://127.0.0.1:{listener}/v1"),
+                    ("config", f"http://127.0.0.1:{dead}/v1")):
+                response = await client.post("/v1/workers",
+                                             json=worker(name, 1, runtime_endpoint=endpoint))
+                error = response.json()["error"]
+                assert error["param"] == "runtime_endpoint", error
+                answers[name] = (response.status_code, error["code"])
+            huge = await client.post("/v1/workers", content=b'{"weight": ' + b"9" * 5000 + b"}",
+                                     headers={"content-type": "application/json"})
+            listed = (await client.get("/v1/workers")).json()["data"]
+    finally:
+        await router.stop(0.5)
+    assert answers == {**{k: (400, "invalid_worker") for k in answers},
+                       "config": (409, "endpoint_in_use")}
+    assert huge.status_code == 400
+    assert huge.json()["error"]["message"] == "body has an integer of more than 32 digits"
+    assert listed == []

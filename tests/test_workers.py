@@ -11,8 +11,10 @@ from typing import Any
 
 import pytest
 
+from extproc import workers as workers_module
 from extproc.config import RouterConfig, load_config_text
 from extproc.config.loader import ConfigError
+from extproc.worker_endpoint import OwnEndpoint
 from extproc.workers import WorkerError, WorkerRegistry, parse_worker, static_workers
 
 CONFIG = """
@@ -277,3 +279,97 @@ async def test_dropped_saved_workers_are_named(config: RouterConfig, tmp_path: P
     (record,) = [r for r in caplog.records if r.getMessage() == "dropping saved worker"]
     assert getattr(record, "worker_id", None) == "cuda-01"
     assert "unknown model 'acme/model-1'" in getattr(record, "error", "")
+
+
+@pytest.mark.parametrize("endpoint", [
+    "http://169.254.169.254/v1",  # link-local: AWS, GCP, Azure, OCI metadata
+    "http://169.254.1.1:8000/v1",
+    "http://[fe80::1]:8000/v1",
+    "http://[::ffff:169.254.169.254]:80/v1",  # IPv4-mapped
+    "http://[::ffff:a9fe:a9fe]/v1",  # the same, in hex
+    "http://[::169.254.169.254]/v1",  # IPv4-compatible
+    "http://[2002:a9fe:a9fe::1]/v1",  # 6to4
+    "http://[64:ff9b::a9fe:a9fe]/v1",  # NAT64
+    "http://[fd00:ec2::254]/v1",  # AWS metadata over IPv6
+    "http://100.100.100.200/v1",  # Alibaba Cloud metadata
+    "http://metadata.google.internal/v1",
+    "http://METADATA.google.internal./v1",
+    "http://metadata/v1",
+    "http://instance-data/v1",
+    "http://0.0.0.0:8000/v1",  # unspecified
+    "http://[::]:8000/v1",
+    "http://[::ffff:0.0.0.0]:8000/v1",
+    "http://224.0.0.1:8000/v1",  # multicast
+    "http://[ff02::1]:8000/v1",
+    "http://255.255.255.255:8000/v1",  # broadcast
+])
+def test_endpoints_the_router_must_never_call_are_refused(config: RouterConfig,
+                                                          endpoint: str) -> None:
+    with pytest.raises(WorkerError) as info:
+        parse_worker(example(runtime_endpoint=endpoint), config.models)
+    assert (info.value.status, info.value.field) == (400, "runtime_endpoint")
+    assert "workers must not point there" in str(info.value), info.value.problems
+
+
+@pytest.mark.parametrize("endpoint", [
+    "http://127.0.0.1:8000/v1", "http://[::1]:8000/v1", "http://localhost:8000/v1",
+    "http://10.0.0.7:8000/v1", "http://192.168.1.20:8000/v1", "http://[fd00::7]:8000/v1",
+    "http://metadata-cache.internal:8000/v1", "http://[::ffff:10.0.0.7]:8000/v1",
+])
+def test_loopback_and_private_workers_stay_allowed(config: RouterConfig, endpoint: str) -> None:
+    assert parse_worker(example(runtime_endpoint=endpoint), config.models).port == 8000
+
+
+OWN = (OwnEndpoint("admin API (router.admin)", "127.0.0.1", 8080),
+       OwnEndpoint("Envoy listener (listener.address)", "0.0.0.0", 8899),
+       OwnEndpoint("ext_proc gRPC server (router.grpc)", "10.1.2.3", 50051))
+
+
+@pytest.mark.parametrize(("endpoint", "what"), [
+    ("http://127.0.0.1:8080/v1", "admin API"),
+    ("http://localhost:8080/v1", "admin API"),
+    ("http://127.0.0.2:8899/v1", "Envoy listener"),  # a listener on all addresses
+    ("http://[::1]:8899/v1", "Envoy listener"),
+    ("http://10.1.2.3:50051/v1", "ext_proc gRPC server"),  # the address it is bound to
+])
+async def test_the_routers_own_ports_are_refused(config: RouterConfig, endpoint: str,
+                                                 what: str) -> None:
+    registry = WorkerRegistry(config.models, own_endpoints=lambda: OWN)
+    with pytest.raises(WorkerError) as info:
+        await registry.upsert(example(runtime_endpoint=endpoint))
+    assert (info.value.status, info.value.field) == (400, "runtime_endpoint")
+    assert f"the router's own {what}" in str(info.value)
+    assert registry.all() == []
+
+
+async def test_other_ports_and_hosts_are_not_the_router(config: RouterConfig) -> None:
+    registry = WorkerRegistry(config.models, own_endpoints=lambda: OWN)
+    for i, endpoint in enumerate(("http://127.0.0.1:8081/v1", "http://10.9.9.9:8080/v1",
+                                  "http://10.9.9.9:50051/v1")):
+        await registry.upsert(example(worker_id=f"w{i}", runtime_endpoint=endpoint))
+    assert len(registry.all()) == 3
+
+
+async def test_a_config_backend_holds_its_endpoint(config: RouterConfig) -> None:
+    """A worker at a config backend_refs endpoint for the same model: Envoy would keep one host
+    at the config weight, silently ignoring the worker's."""
+    registry = WorkerRegistry(config.models)
+    with pytest.raises(WorkerError) as info:
+        await registry.upsert(example(runtime_endpoint="http://127.0.0.1:8001/v1", weight=5))
+    assert (info.value.status, info.value.code) == (409, "endpoint_in_use")
+    assert "127.0.0.1:8001 already serves model 'acme' as config backend 'a'" in str(info.value)
+    # the same endpoint for another model is another cluster: fine
+    await registry.upsert(example(runtime_endpoint="http://127.0.0.1:8001/v1",
+                                  supported_models=["general"]))
+
+
+async def test_the_worker_cap_says_how_to_free_space(config: RouterConfig,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(workers_module, "MAX_WORKERS", 2)
+    registry = WorkerRegistry(config.models)
+    for i in range(2):
+        await registry.upsert(example(worker_id=f"w{i}", runtime_endpoint=f"http://w{i}:8000"))
+    with pytest.raises(WorkerError) as info:
+        await registry.upsert(example(worker_id="w2", runtime_endpoint="http://w2:8000"))
+    assert (info.value.status, info.value.code) == (409, "too_many_workers")
+    assert "never expire" in str(info.value) and "DELETE /v1/workers/" in str(info.value)
