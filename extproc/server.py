@@ -1,11 +1,13 @@
 """Router lifecycle: build everything slow first, then serve; drain on stop.
 
-Order matters: classifiers load and warm up, the gRPC server starts NOT_SERVING, the admin
-API starts, and only then do health checks turn ready. On stop (:func:`drain_and_stop`) the
-router reports not ready first (``/readyz`` and ``/health`` 503 ``draining``, gRPC health
-NOT_SERVING) while it keeps serving; the bundled Envoy drains and in-flight requests (SSE
-streams included) get ``router.shutdown_grace_s`` to finish; then the router's servers stop
-and Envoy last. A port already in use fails start-up with a one-line :class:`StartupError`.
+Order matters: the admin API starts first (``/livez`` answers, ``/readyz`` says ``starting``),
+classifiers load and warm up, the gRPC server starts NOT_SERVING, and only then do health
+checks turn ready (with ``--with-envoy``, once the bundled Envoy's listener is ready too).
+On stop (:func:`drain_and_stop`) the router reports not ready first (``/readyz`` and
+``/health`` 503 ``draining``, gRPC health NOT_SERVING) while it keeps serving; the bundled
+Envoy drains and in-flight requests (SSE streams included) get ``router.shutdown_grace_s``
+to finish; then the router's servers stop and Envoy last. A port already in use fails
+start-up with a one-line :class:`StartupError`.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import ssl
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -28,6 +31,7 @@ from extproc.config.runtime import split_host_port
 from extproc.context import build_state
 from extproc.envoy_process import EnvoyError, EnvoyProcess, describe_exit
 from extproc.envoy_render import bootstrap, to_yaml
+from extproc.loop_stalls import StallMonitor
 from extproc.metrics import RouterMetrics
 from extproc.reload import ConfigReloader, with_state_dir
 from extproc.security import (
@@ -39,6 +43,7 @@ from extproc.security import (
 )
 from extproc.servicer import ExtProcServicer, StateHolder, mark_serving, start_grpc_server
 from extproc.signals.evaluator import LearnedEngine
+from extproc.worker_endpoint import OwnEndpoint
 
 
 class StartupError(RuntimeError):
@@ -71,11 +76,15 @@ class Router:
             config, state_dir=Path(state) if state else None, logger=self.logger
         )
         self.metrics.watch_backends(self.backends.readiness)
+        self.backends.registry.own_endpoints = self.own_endpoints
         self._holder: StateHolder | None = None
         self._background: set[asyncio.Task[None]] = set()
+        self.stalls = StallMonitor()
         self.grpc_port = 0
         self.ready = False
         self.draining = False
+        self.envoy_pending = False
+        """True while a bundled Envoy is starting: not ready until its listener is."""
         self.started_at = 0.0
 
     @property
@@ -98,14 +107,32 @@ class Router:
         tls = self.config.router.tls
         credentials = grpc_server_credentials(tls) if tls else None
         ssl_context = server_ssl_context(tls) if tls else None
+        # The admin API opens first: /livez answers and /readyz says "starting" while the
+        # classifiers load (workers are loaded before it, so a registration sticks).
+        self.backends.load_workers()
+        await self._start_admin(ssl_context)
         if self._engine is None:
             self._engine = await build_engine(self.config, self.logger, self.metrics)
         state = build_state(self.config, self.metrics, self._engine)
         self._holder = StateHolder(state)
-        servicer = ExtProcServicer(self._holder, self.logger)
+        servicer = ExtProcServicer(self._holder, self.logger, self.stalls)
+        self.stalls.start()
         # Backends before serving: the first probe round (bounded) decides /health and EDS.
         await self.backends.start()
         await self._start_grpc(servicer, credentials)
+        await mark_serving(self._health, True)
+        self.ready = True
+        self.started_at = time.time()
+        self.logger.info(
+            "router ready",
+            extra={
+                "grpc": self.grpc_address,
+                "admin_port": self.admin_port,
+                "config": self.config.summary(),
+            },
+        )
+
+    async def _start_admin(self, ssl_context: ssl.SSLContext | None) -> None:
         workers = WorkerRoutes(
             self.backends.registry, self.config.router.admin_token_env, self.logger
         )
@@ -119,17 +146,20 @@ class Router:
             self._admin = None
             raise StartupError(f"cannot bind the admin API (router.admin) to "
                                f"{self._admin_address}: {_why(err)}") from None
-        await mark_serving(self._health, True)
-        self.ready = True
-        self.started_at = time.time()
-        self.logger.info(
-            "router ready",
-            extra={
-                "grpc": self.grpc_address,
-                "admin_port": self.admin_port,
-                "config": self.config.summary(),
-            },
-        )
+
+    def own_endpoints(self) -> list[OwnEndpoint]:
+        """The ports this router and its Envoy listen on (bound ones once known): a worker
+        registered there would make a loop."""
+        admin_host, admin_port = split_host_port(self._admin_address)
+        grpc_host, grpc_port = split_host_port(self._grpc_address)
+        listener = self.config.listener
+        return [
+            OwnEndpoint("admin API (router.admin)", admin_host, self.admin_port or admin_port),
+            OwnEndpoint("ext_proc gRPC server (router.grpc)", grpc_host,
+                        self.grpc_port or grpc_port),
+            OwnEndpoint("Envoy listener (listener.address)", *split_host_port(listener.address)),
+            OwnEndpoint("Envoy admin (listener.admin)", *split_host_port(listener.admin)),
+        ]
 
     async def _start_grpc(self, servicer: ExtProcServicer,
                           credentials: grpc.ServerCredentials | None) -> None:
@@ -179,16 +209,18 @@ class Router:
         """Ready when started (classifiers bound) and the default model has a ready endpoint;
         the body lists classifiers and every model's endpoints with their last probe."""
         bindings = getattr(self._engine, "bindings", ()) or ()
-        return self.backends.report(started=self.ready, bindings=bindings,
-                                    draining=self.draining)
+        return self.backends.report(started=self.ready and not self.envoy_pending,
+                                    bindings=bindings, draining=self.draining)
 
     def readiness(self) -> tuple[bool, str]:
         """``/readyz``: whether this router takes streams (classifiers loaded, gRPC serving,
-        not draining), whatever its backends' health: ``ready``, ``starting`` or
-        ``draining``."""
+        a bundled Envoy's listener up, not draining), whatever its backends' health:
+        ``ready``, ``starting`` or ``draining``."""
         if self.draining:
             return False, "draining"
-        return (True, "ready") if self.ready else (False, "starting")
+        if self.ready and not self.envoy_pending:
+            return True, "ready"
+        return False, "starting"
 
     async def begin_drain(self) -> None:
         """Report not ready from now on (``/readyz`` and ``/health`` 503 ``draining``, gRPC
@@ -200,6 +232,7 @@ class Router:
 
     async def stop(self, grace_s: float = 5.0) -> None:
         await self.begin_drain()
+        await self.stalls.stop()
         await self.backends.stop()  # ends EDS streams so the server need not wait for Envoy
         if self._server is not None:
             await self._server.stop(grace_s)
@@ -313,6 +346,7 @@ async def serve(config: RouterConfig, *, with_envoy: bool, stop: asyncio.Event,
     secrets = envoy_secrets(config) if with_envoy else None  # a missing key fails here
     config = with_state_dir(config, state_dir)  # --state-dir: also on every reload
     router = Router(config)
+    router.envoy_pending = with_envoy  # /readyz is "starting" until Envoy's listener is up
     try:
         await router.start()
     except BaseException:
@@ -336,6 +370,7 @@ async def serve(config: RouterConfig, *, with_envoy: bool, stop: asyncio.Event,
                 router.logger.error("envoy failed to start",
                                     extra={"envoy_log_tail": envoy.logs(20)})
                 raise
+            router.envoy_pending = False
             router.logger.info("envoy ready", extra={
                 "listener": config.listener.address, "admin": config.listener.admin,
                 "pid": envoy.pid, "log": str(envoy.log_path)})

@@ -6,7 +6,9 @@ stream's ``StreamProcessor`` and sends back bytes. Errors are mapped here, once:
 message ends the stream with INVALID_ARGUMENT (Envoy then applies its failure mode); an
 unexpected bug answers that request with an OpenAI-style 500 and keeps the router alive.
 A stream Envoy cancels (its message timeout fired, or the client went away) is counted as
-``cancelled`` and logged once with the request id, the phase it was in and its age.
+``cancelled`` and logged once with the request id (null when unknown), the phase it was in
+and its age; a router that stalled (:mod:`extproc.loop_stalls`) for about the message
+timeout logs it as a warning with cause ``message_timeout``.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from extproc import envoy_adapter as adapter
 from extproc.context import RouterState
 from extproc.envoy_adapter import Phase
 from extproc.errors import error_body
+from extproc.loop_stalls import StallMonitor
 from extproc.names import EXT_PROC_SERVICE, IMMEDIATE_DETAILS
 from extproc.processor import READ_HEADERS, StreamProcessor
 
@@ -50,9 +53,11 @@ class StateHolder:
 
 
 class ExtProcServicer:
-    def __init__(self, holder: StateHolder, logger: logging.Logger) -> None:
+    def __init__(self, holder: StateHolder, logger: logging.Logger,
+                 stalls: StallMonitor | None = None) -> None:
         self._holder = holder
         self._logger = logger
+        self._stalls = stalls
 
     async def process(
         self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext[Any, Any]
@@ -61,6 +66,7 @@ class ExtProcServicer:
         processor = StreamProcessor(state, self._logger)
         status = "ok"
         started = time.perf_counter()
+        opened = time.monotonic()  # the stall monitor's clock
         phase: Phase | None = None  # the message being answered; None between messages
         phase_started = started
         stream = requests.__aiter__()
@@ -96,8 +102,13 @@ class ExtProcServicer:
             if not processor.finished:  # Envoy may reset as soon as it has the last answer
                 status = "cancelled"
                 now = time.perf_counter()
+                timeout_s = state.config.router.message_timeout_ms / 1000
+                # Envoy may have opened the stream up to a message timeout before the router,
+                # stalled, got to it: a stall ending in that window can explain its reset.
+                stalled = (self._stalls.stalled_s(opened - timeout_s)
+                           if self._stalls is not None else 0.0)
                 self._log_cancelled(processor, phase, now - started, now - phase_started,
-                                    state.config.router.message_timeout_ms / 1000)
+                                    timeout_s, stalled)
             raise
         finally:
             state.metrics.stream_ended(status)
@@ -110,20 +121,26 @@ class ExtProcServicer:
 
     def _log_cancelled(
         self, processor: StreamProcessor, phase: Phase | None, elapsed_s: float,
-        answering_s: float, message_timeout_s: float,
+        answering_s: float, message_timeout_s: float, stalled_s: float = 0.0,
     ) -> None:
-        """A warning when Envoy gave up on a message the router was answering for about its
-        message timeout (the router was too slow: Envoy answered the client itself, usually
-        504); info when the stream ended between messages or sooner (the client went away
-        and Envoy reset the stream: `cause` says which). Never the request's content or
-        headers but its id."""
-        timed_out = phase is not None and answering_s >= _TIMEOUT_SHARE * message_timeout_s
-        self._logger.log(logging.WARNING if timed_out else logging.INFO, "stream cancelled",
-                         extra={
-            "request_id": processor.request_id,
+        """A warning with cause ``message_timeout`` when Envoy gave up on the router: it was
+        answering a message for about the message timeout, or its event loop stalled that
+        long (a blocked loop, a stopped process) while the stream was open, so Envoy's timer
+        fired whatever the phase (Envoy answered the client itself, usually 504). Info with
+        ``downstream_reset`` otherwise (the client went away and Envoy reset the stream).
+        ``request_id`` is null when no headers message was read. Never the request's content
+        or headers but its id."""
+        limit = _TIMEOUT_SHARE * message_timeout_s
+        timed_out = (phase is not None and answering_s >= limit) or stalled_s >= limit
+        extra: dict[str, object] = {
+            "request_id": processor.request_id or None,
             "phase": phase.value if phase is not None else "between_messages",
             "cause": "message_timeout" if timed_out else "downstream_reset",
-            "elapsed_ms": round(elapsed_s * 1000, 1)})
+            "elapsed_ms": round(elapsed_s * 1000, 1)}
+        if stalled_s >= limit:
+            extra["loop_stalled_ms"] = round(stalled_s * 1000, 1)
+        self._logger.log(logging.WARNING if timed_out else logging.INFO, "stream cancelled",
+                         extra=extra)
 
     def handler(self) -> grpc.GenericRpcHandler:
         method = grpc.stream_stream_rpc_method_handler(self.process)  # raw bytes both ways

@@ -18,6 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from classifiers.scan import ScanCancelled
 from extproc.config import load_config_text
 from extproc.envoy_adapter import Phase
+from extproc.loop_stalls import StallMonitor
 from extproc.server import Router
 from extproc.servicer import ExtProcServicer, StateHolder
 from extproc.signals import evaluator as evaluator_module
@@ -188,3 +189,76 @@ def test_a_reset_at_the_message_timeout_is_a_warning(
         logger.removeHandler(records)
     (line,) = records.records
     assert (line.levelno, line.cause) == (level, cause)  # type: ignore[attr-defined]
+
+
+def _cancelled_line(phase: Phase | None, request_id: str, answering_s: float,
+                    stalled_s: float) -> logging.LogRecord:
+    records = Records()
+    logger = logging.getLogger("test.stream_cancelled.stall")
+    logger.addHandler(records)
+    try:
+        servicer = ExtProcServicer(StateHolder(None), logger)  # type: ignore[arg-type]
+        processor = SimpleNamespace(request_id=request_id)
+        servicer._log_cancelled(processor, phase,  # type: ignore[arg-type]
+                                answering_s, answering_s, 5.0, stalled_s)
+    finally:
+        logger.removeHandler(records)
+    (line,) = records.records
+    return line
+
+
+@pytest.mark.parametrize(("phase", "stalled_s", "level", "cause"), [
+    (None, 7.0, logging.WARNING, "message_timeout"),  # SIGSTOP: no message read at all
+    (None, 4.6, logging.WARNING, "message_timeout"),
+    (Phase.REQUEST_HEADERS, 4.6, logging.WARNING, "message_timeout"),
+    (None, 0.2, logging.INFO, "downstream_reset"),  # a hiccup is not Envoy's timeout
+])
+def test_a_stalled_router_is_a_message_timeout_whatever_the_phase(
+        phase: Phase | None, stalled_s: float, level: int, cause: str) -> None:
+    line = _cancelled_line(phase, "", 0.0001, stalled_s)
+    assert (line.levelno, line.cause) == (level, cause)  # type: ignore[attr-defined]
+    assert line.request_id is None  # type: ignore[attr-defined]  # unknown: null, not ""
+    assert hasattr(line, "loop_stalled_ms") == (cause == "message_timeout")
+
+
+async def test_a_cancel_after_the_loop_stalled_is_logged_as_a_timeout() -> None:
+    """The event loop blocked past the message timeout (as a SIGSTOPped router's): Envoy
+    reset the stream; the router, once it runs again, says so with the request's id."""
+    records = Records()
+    logger = logging.getLogger("test.stream_cancelled.blocked")
+    logger.addHandler(records)
+    logger.setLevel(logging.DEBUG)
+    text = CONFIG.replace("message_timeout_ms: 60000", "message_timeout_ms: 200")
+    instance = Router(load_config_text(text), grpc_address="127.0.0.1:0",
+                      admin_address="127.0.0.1:0", logger=logger)
+    await instance.start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{instance.grpc_port}") as channel:
+            call = channel.stream_stream(PROCESS, request_serializer=None,
+                                         response_deserializer=None)()
+            await call.write(_headers("r-stalled"))
+            await call.read()
+            await asyncio.sleep(0.1)  # the stall monitor ticks
+            time.sleep(0.3)
+            call.cancel()
+            await _until(lambda: _streams(instance)["cancelled"] == 1)
+    finally:
+        await instance.stop(0.5)
+        logger.removeHandler(records)
+    (line,) = [r for r in records.records if r.getMessage() == "stream cancelled"]
+    assert line.levelno == logging.WARNING
+    assert line.cause == "message_timeout"  # type: ignore[attr-defined]
+    assert line.request_id == "r-stalled"  # type: ignore[attr-defined]
+    assert line.phase == "between_messages"  # type: ignore[attr-defined]
+    assert line.loop_stalled_ms >= 0.9 * 200  # type: ignore[attr-defined]
+
+
+def test_the_stall_monitor_keeps_stalls_and_sees_one_under_way() -> None:
+    monitor = StallMonitor(tick_s=0.05, min_stall_s=0.05)
+    monitor._timer = object()  # type: ignore[assignment]  # running, ticked by hand here
+    monitor._last_tick = 100.0
+    monitor.tick(100.05)  # on time
+    monitor.tick(103.10)  # 3 s late: a stall that ended at 103.1
+    assert monitor.stalled_s(since=103.0, now=103.2) == pytest.approx(3.0)
+    assert monitor.stalled_s(since=103.2, now=103.2) == pytest.approx(0.05)  # the open gap
+    assert monitor.stalled_s(since=103.2, now=110.0) == pytest.approx(6.85)  # under way
