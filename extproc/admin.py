@@ -120,7 +120,9 @@ class WorkerRoutes:
             return _error(413, f"body larger than {MAX_BODY_BYTES} bytes", None,
                           "request_too_large")
         try:
-            data = json.loads(raw)
+            data = json.loads(raw, parse_int=_bounded_int)
+        except _NumberTooLong as err:
+            return _error(400, str(err), None, "invalid_json")
         except ValueError as err:
             return _error(400, f"body is not valid JSON: {err}", None, "invalid_json")
         try:
@@ -149,6 +151,21 @@ class WorkerRoutes:
         if worker is None:
             return _error(404, "no such worker", "worker_id", "worker_not_found")
         return web.json_response({"id": worker.worker_id, "object": "worker", "deleted": True})
+
+
+class _NumberTooLong(ValueError):
+    pass
+
+
+_MAX_INT_DIGITS = 32
+
+
+def _bounded_int(text: str) -> int:
+    """An integer of the body: a plain message for an absurdly long one (Python's own names
+    ``sys.set_int_max_str_digits``, an interpreter setting no client should read about)."""
+    if len(text.lstrip("-")) > _MAX_INT_DIGITS:
+        raise _NumberTooLong(f"body has an integer of more than {_MAX_INT_DIGITS} digits")
+    return int(text)
 
 
 def _loopback(host: str) -> bool:

@@ -298,7 +298,8 @@ def local_reply_config(config: RouterConfig) -> dict[str, Any]:
     Envoy's reply body is empty for some (a path it cannot normalize, such as one with a
     '#fragment'; an unknown cluster) and a mapper cannot test for that, so the generic
     messages are fixed text naming Envoy's response code details (``http1.codec_error``,
-    ``no_healthy_upstream``), never an empty string."""
+    ``no_healthy_upstream``), never an empty string. Details that carry a transport reason in
+    braces (a refused connection) are left to Envoy's access log: the client gets plain words."""
     ours = f"response.code_details != '{IMMEDIATE_DETAILS}'"
     limit = config.listener.max_request_bytes
     auth = [
@@ -340,6 +341,20 @@ def local_reply_config(config: RouterConfig) -> dict[str, Any]:
              f"the model sent nothing for {config.listener.stream_idle_timeout_s:g} s "
              "(listener.stream_idle_timeout_s); stream the response or raise the limit",
              "server_error", "timeout")},
+        # Details with a transport reason in braces, such as
+        # upstream_reset_before_response_started{remote_connection_failure|delayed_connect_
+        # error:_Connection_refused}, stay in the access log; the client gets plain words.
+        {"filter": _cel(f"{ours} && response.code >= 500 && "
+                        "response.code_details.startsWith('upstream_reset_before')"),
+         "body_format_override": _openai_error(
+             "the upstream is unavailable (the model's backend refused or closed the "
+             "connection); retry shortly", "server_error", "upstream_unavailable")},
+        {"filter": _cel(f"{ours} && response.code >= 500 && "
+                        "response.code_details.contains('{')"),
+         "body_format_override": _openai_error(
+             "the upstream is unavailable (the proxy's access log has the cause); retry "
+             "shortly", "server_error",
+             "upstream_unavailable")},
         {"filter": _cel(f"{ours} && response.code >= 500"),
          "body_format_override": _openai_error(
              "the upstream is unavailable (%RESPONSE_CODE_DETAILS%)", "server_error",

@@ -47,6 +47,7 @@ from extproc.names import (
 )
 from extproc.openai_request import Endpoint, OpenAIRequest, parse_request
 from extproc.plugins import blocked_error, canned_reply, debug_summary, with_system_prompt
+from extproc.secretscan import redacted
 from extproc.signals.specs import estimate_tokens
 
 _JSON = {"content-type": "application/json"}
@@ -216,7 +217,7 @@ class StreamProcessor:
         bodies = self._state.model_bodies
         body = self._state.models_body if path == MODELS_PATH else bodies.get(name)
         if body is None:
-            raise ModelNotFound(f"The model '{name[:200]}' does not exist.", param="model")
+            raise ModelNotFound(f"The model '{redacted(name)}' does not exist.", param="model")
         self.route = Route("models", "", "answered")
         self.finished = True
         return adapter.immediate_response(200, body, _JSON, IMMEDIATE_DETAILS)
@@ -373,9 +374,8 @@ class StreamProcessor:
         config = self._config
         target = config.resolve_explicit(request.model)
         if target is None:
-            raise ModelNotFound(
-                f"The model '{request.model[:200]}' does not exist.", param="model"
-            )
+            raise ModelNotFound(  # a key pasted into "model" is neither logged nor echoed
+                f"The model '{redacted(request.model)}' does not exist.", param="model")
         guarded: Mapping[str, SignalResult] = {}
         if self._state.guard is not None:
             blocked, guarded = await self._guard(request, target.name, started)

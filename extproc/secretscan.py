@@ -4,6 +4,8 @@ Worker metadata is kept in memory, written to the state file and served by ``GET
 /v1/workers``, so it must not carry credentials or hardware identities. These are heuristics
 tuned to reject keys, tokens and IDs while accepting what operators put in metadata (product
 names such as "NVIDIA H100 80GB HBM3", versions such as "0.6.3.post1+cu124", model ids).
+:func:`redacted` applies the same test to a client's unknown ``model`` before the router
+echoes it in a 404 or logs it.
 """
 
 from __future__ import annotations
@@ -65,6 +67,13 @@ def secret_reason(value: str) -> str | None:
         if _class_changes(letters) >= 0.4 * len(letters):
             return "looks like a high-entropy secret"
     return None
+
+
+def redacted(value: str, limit: int = 200) -> str:
+    """``value`` (cut to ``limit`` characters) to show in a log line or an error message, or
+    a placeholder when it looks like a secret (a client that put its key in ``model``)."""
+    reason = secret_reason(value[:1024])
+    return f"[redacted: {reason}]" if reason is not None else value[:limit]
 
 
 def key_reason(key: str) -> str | None:

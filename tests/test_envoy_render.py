@@ -4,6 +4,7 @@ wheel's binary) and carries the wire facts the router depends on."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -380,3 +381,24 @@ def test_cors_is_first_and_its_policy_is_the_virtual_hosts(
         {"exact": "https://app.example.com"}, {"safe_regex": {"regex": ".*"}}]
     assert policy["max_age"] == "60" and "authorization" in policy["allow_headers"]
     assert_valid(document)
+
+
+def test_a_refused_backend_gets_plain_words_not_envoys_details(config: RouterConfig) -> None:
+    """``upstream_reset_before_response_started{remote_connection_failure|...}`` belongs in
+    the access log (it keeps ``%RESPONSE_CODE_DETAILS%``), not in the client's error."""
+    document = bootstrap(config)
+    hcm = hcm_of(document)
+    mappers = hcm["local_reply_config"]["mappers"]
+    generic = next(i for i, m in enumerate(mappers)
+                   if m["filter"]["extension_filter"]["typed_config"]["expression"].endswith(
+                       "response.code >= 500"))
+    plain = [(i, m) for i, m in enumerate(mappers) if "%RESPONSE_CODE_DETAILS%" not in
+             m["body_format_override"]["json_format"]["error"]["message"]
+             and m["body_format_override"]["json_format"]["error"][
+                 "code"] == "upstream_unavailable"]
+    expressions = [m["filter"]["extension_filter"]["typed_config"]["expression"]
+                   for _, m in plain]
+    assert any("startsWith('upstream_reset_before')" in e for e in expressions), expressions
+    assert any("contains('{')" in e for e in expressions), expressions
+    assert all(i < generic for i, _ in plain)  # Envoy uses the first mapper that matches
+    assert "%RESPONSE_CODE_DETAILS%" in json.dumps(document)  # the access log keeps them

@@ -7,6 +7,7 @@ envoy-data-plane's betterproto2 messages; every response is parsed and compared 
 from __future__ import annotations
 
 import json
+import logging
 import warnings
 from collections.abc import AsyncIterator, Sequence
 
@@ -317,6 +318,27 @@ BODY_ERRORS = [
                 "request_too_large"), id="body-over-cap",
     ),
 ]
+
+
+KEY_IN_MODEL = "sk-SECRETinmodel0123456789abcdef"
+
+
+async def test_a_key_put_in_model_is_neither_logged_nor_echoed(
+        channel: grpc.aio.Channel, caplog: pytest.LogCaptureFixture) -> None:
+    """A client that pastes its API key into ``model``: the 404 and the log line show a
+    placeholder (one rule for both, in extproc.secretscan.redacted)."""
+    expected = invalid("The model '[redacted: looks like an API key]' does not exist.",
+                       "model", "model_not_found")
+    with caplog.at_level(logging.INFO):
+        body = await exchange(channel, [request_headers(), request_body(
+            chat(KEY_IN_MODEL, "hi"))])
+        listed = await exchange(channel, [request_headers(
+            "GET", f"/v1/models/{KEY_IN_MODEL}", True)])
+    assert body == [HEADERS_CONTINUE, immediate(ST.NotFound, expected)]
+    assert listed == [immediate(ST.NotFound, expected)]
+    assert [r for r in caplog.records if r.getMessage() == "request rejected"]
+    assert "SECRETinmodel" not in caplog.text
+    assert "SECRETinmodel" not in json.dumps([vars(r) for r in caplog.records], default=str)
 
 
 @pytest.mark.parametrize(("body", "status", "error"), BODY_ERRORS)

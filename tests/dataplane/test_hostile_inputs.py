@@ -156,6 +156,9 @@ async def test_envoy_errors_have_a_message_and_a_code(stack: Stack) -> None:
     assert down.status_code == 503
     error = down.json()["error"]
     assert error["message"].startswith("the upstream is unavailable (") and error["code"]
+    # Envoy's raw details (`...{remote_connection_failure|delayed_connect_error:_Connection_
+    # refused}`) stay in its access log; the client reads plain words
+    assert "{" not in error["message"] and "_Connection_refused" not in error["message"], error
     await assert_still_routes(stack)
 
 
