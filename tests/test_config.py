@@ -69,7 +69,8 @@ def test_default_yaml_loads() -> None:
     assert config.auto_names == frozenset({"auto", "vllm-sr/auto"})
     # highest priority first: the guards, then the routes
     assert [d.name for d in config.decisions] == [
-        "pii", "self_harm", "jailbreak", "tool_injection", "code", "reasoning"]
+        "pii", "self_harm", "jailbreak", "harmful_request", "tool_injection", "code",
+        "reasoning"]
     assert config.default_model.name == "general"
     long = {"long_context": SignalResult("long_context", True, 7000.0)}
     assert decide(config.decisions, long, "general").model == "reasoning"
