@@ -82,7 +82,8 @@ def _cmd_status(args: argparse.Namespace) -> int:
                  else {"available": True, **traffic.to_json()})
         print(json.dumps({**body, "envoy": {"admin": envoy_admin, **envoy}}, indent=2))
     else:
-        print(format_health(body) + "\n\n" + format_traffic(body, traffic))
+        decisions = [d.name for d in config.decisions] if config else []
+        print(format_health(body) + "\n\n" + format_traffic(body, traffic, decisions))
     return 0 if status == 200 else 1
 
 

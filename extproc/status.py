@@ -95,9 +95,13 @@ def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value:.1%}"
 
 
-def format_traffic(body: dict[str, Any], traffic: EnvoyTraffic | str) -> str:
+def format_traffic(
+    body: dict[str, Any], traffic: EnvoyTraffic | str, decisions: Sequence[str] = ()
+) -> str:
     """Per-model requests, 4xx/5xx, error rate (5xx share) and p50/p99 upstream latency, then
-    each decision's share of traffic; or the one line saying Envoy stats are unavailable."""
+    each decision's share of traffic; or the one line saying Envoy stats are unavailable.
+    `decisions`: the config's; one Envoy has no stats bucket for (added by a hot reload since
+    Envoy started) is named, since its traffic counts as `other`."""
     if isinstance(traffic, str):
         return traffic
     models = body.get("models", {})
@@ -108,9 +112,16 @@ def format_traffic(body: dict[str, Any], traffic: EnvoyTraffic | str) -> str:
                      _pct(m.error_rate), _ms(m.p50_ms), _ms(m.p99_ms)))
     lines = ["Envoy traffic (since Envoy started; latency as of its last stats flush):", "",
              *_table(rows)]
-    decisions = [("decision", "requests", "share")]
-    decisions += [(d.decision, str(d.requests), _pct(d.share)) for d in traffic.decisions]
-    return "\n".join([*lines, "", *_table(decisions)])
+    shares = [("decision", "requests", "share")]
+    shares += [(d.decision, str(d.requests), _pct(d.share)) for d in traffic.decisions]
+    lines += ["", *_table(shares)]
+    known = {d.decision for d in traffic.decisions}
+    unknown = [name for name in decisions if name not in known]
+    if traffic.decisions and unknown:
+        lines.append(f"no Envoy stats bucket for {', '.join(unknown)}: added since Envoy "
+                     "started (a hot reload), so counted as `other` until Envoy restarts with "
+                     "a re-rendered config")
+    return "\n".join(lines)
 
 
 async def probe_config(config: RouterConfig, timeout_s: float = 3.0) -> tuple[list[str], int]:

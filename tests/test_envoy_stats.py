@@ -87,3 +87,7 @@ def test_format_traffic_and_unavailable(sample: dict[str, Any]) -> None:
     assert lines[6].split() == ["reasoning", "NO", "1", "0", "1", "100.0%", "-", "-"]
     assert "code      3         50.0%" in text
     assert format_traffic(body, "Envoy stats unavailable: x") == "Envoy stats unavailable: x"
+    assert "stats bucket" not in text
+    known = [d.decision for d in parse_stats(sample, CLUSTERS).decisions]
+    reloaded = format_traffic(body, parse_stats(sample, CLUSTERS), [*known, "fruit"])
+    assert reloaded.splitlines()[-1].startswith("no Envoy stats bucket for fruit: added since")
