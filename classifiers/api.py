@@ -90,6 +90,7 @@ class LearnedSignalSpec:
     threshold: float = 0.5
     examples: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: MappingProxyType({}))
     device: str | None = None
+    escalate_at: float | None = None  # jailbreak kind: see LongPromptSettings.escalate_at
 
 
 @dataclass(frozen=True)

@@ -414,9 +414,12 @@ def _build_long(
         seconds = time.perf_counter() - started
         bindings.append(Binding(f"{spec.name}/{LONG_HEADS}", model, "cpu", dtype, seconds,
                                 student.execution))
-    escalate = frozenset(spec.name for spec in specs if spec.kind == "jailbreak")
+    escalate = {
+        spec.name: long.escalate_at if spec.escalate_at is None else spec.escalate_at
+        for spec in specs if spec.kind == "jailbreak"
+    }
     path = EncoderPath.of(student, signals)
-    return LongPrompts(path, long.min_tokens, escalate, long.escalate_at), bindings
+    return LongPrompts(path, long.min_tokens, escalate), bindings
 
 
 def _build_model(

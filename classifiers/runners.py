@@ -88,13 +88,13 @@ class EncoderPath:
 class LongPrompts:
     """The long-prompt path: texts of at least `min_tokens` tokens are scored by `path` (a
     faster student encoder with its own heads). A text on which any `escalate` signal (the
-    blocking ones: jailbreak) scores at least `escalate_at` is scored again by the full encoder,
-    whose scores then count, so the student alone never blocks a request."""
+    blocking ones: jailbreak and harm heads) scores at least that signal's value is scored
+    again by the full encoder, whose scores then count, so the student alone never blocks a
+    request."""
 
     path: EncoderPath
     min_tokens: int
-    escalate: frozenset[str]
-    escalate_at: float
+    escalate: Mapping[str, float]
 
 
 class SharedEncoderRunner:
@@ -150,7 +150,7 @@ class SharedEncoderRunner:
         results = self._score(items, windows, [(self.full, short), (long.path, longer)])
         escalated = [
             t for t in longer
-            if any(s.score >= long.escalate_at
+            if any(s.score >= long.escalate[name]
                    for name, s in results[t].items() if name in long.escalate)
         ]
         if escalated:

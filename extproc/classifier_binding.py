@@ -63,6 +63,7 @@ def learned_specs(config: RouterConfig) -> list[LearnedSignalSpec]:
             threshold=s.threshold,
             examples=s.examples,
             device=s.device,
+            escalate_at=s.escalate_at,
         )
         for s in config.signals
         if isinstance(s, LearnedSpec) and s.name in needed

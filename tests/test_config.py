@@ -261,6 +261,12 @@ INVALID = [
         id="typo-in-nested-rule",
     ),
     pytest.param(
+        with_lines(MINIMAL, "type: keyword, keywords: [python, \"c++\"]",
+                   "type: domain, escalate_at: 0.7"),
+        "signals[0]: Value error, escalate_at is only for jailbreak signals",
+        id="escalate-at-on-a-domain-signal",
+    ),
+    pytest.param(
         MINIMAL + "classifiers: {long_prompts: {escalate_at: 1.5}}\n",
         "classifiers.long_prompts.escalate_at: Input should be less than or equal to 1",
         id="long-prompts-escalate-above-one",

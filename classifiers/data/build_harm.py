@@ -96,9 +96,14 @@ DONOTANSWER_INTENTS = frozenset({
 
 
 def harm_cases(held_out: bool, path: Path = HARM_CASES) -> Iterator[tuple[str, str, str]]:
-    """`(text, label, source)` for every hand-written line of one side of `harm_cases.json`."""
+    """`(text, label, source)` for every hand-written line of one side of `harm_cases.json`;
+    the train side leaves out the groups listed under `untrained` (its `_untrained_note` says
+    why)."""
     data = json.loads(path.read_text(encoding="utf-8"))
+    untrained = set() if held_out else set(data.get("untrained", ()))
     for group, texts in data["held_out" if held_out else "train"].items():
+        if group in untrained:
+            continue
         for text in texts:
             yield text, data["labels"][group], f"harm-cases/{group}"
 

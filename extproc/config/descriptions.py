@@ -192,6 +192,10 @@ DESCRIPTIONS: dict[str, str] = {
         "head; `bundled:<name>`: the head shipped in classifiers/models/<name>) or Hugging Face "
         "model directory or hub id (`sequence`, `token`)",
     f"{_LEARNED}.threshold": "lowest probability (or cosine, for `embedding`) that matches",
+    f"{_LEARNED}.escalate_at": "`jailbreak` only: the long-prompt student's score at or above "
+        "which a long prompt is scored again by the full encoder (unset: "
+        "`classifiers.long_prompts.escalate_at`); a head whose student flags many harmless "
+        "texts at that value escalates higher",
     f"{_LEARNED}.examples": "`embedding` only (and required there): example utterances per "
         "label",
     f"{_LEARNED}.fallback_keywords": "when the classifier fails or times out (a burst the CPU "

@@ -288,6 +288,7 @@ def _signals(parsed: RouterFile, errors: list[str]) -> list[SignalSpec]:
                     examples,
                     signal.text_source,
                     fallback,
+                    signal.escalate_at,
                 )
             )
         elif isinstance(signal, PiiSignal):

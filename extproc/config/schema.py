@@ -271,6 +271,7 @@ class LearnedSignal(SignalBase, TextSourced):
     examples: dict[Name, list[str]] = Field(default_factory=dict)
     device: str | None = Field(default=None, pattern=r"^(auto|cpu|cuda|cuda:[0-9]+)$")
     fallback_keywords: list[Annotated[str, Field(min_length=1, max_length=512)]] | None = None
+    escalate_at: float | None = Field(default=None, ge=0.0, le=1.0)
 
     @model_validator(mode="after")
     def _examples_only_for_embedding(self) -> LearnedSignal:
@@ -278,6 +279,8 @@ class LearnedSignal(SignalBase, TextSourced):
             raise ValueError("an embedding signal needs examples: {label: [utterances]}")
         if self.type != "embedding" and self.examples:
             raise ValueError("examples are only for embedding signals")
+        if self.type != "jailbreak" and self.escalate_at is not None:
+            raise ValueError("escalate_at is only for jailbreak signals")
         return self
 
 

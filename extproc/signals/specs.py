@@ -153,6 +153,7 @@ class LearnedSpec:
     fallback: re.Pattern[str] | None = None
     """``fallback_keywords`` as one pattern: what the signal matches on when its classifier
     fails or times out."""
+    escalate_at: float | None = None
 
 
 

@@ -141,3 +141,16 @@ def test_shipped_head_scores_clear_cases() -> None:
     harmful = probs[:, list(head.spec.labels).index("harmful")].tolist()
     assert min(harmful[: len(HARMFUL)]) > 0.85, harmful
     assert max(harmful[len(HARMFUL):]) < 0.4, harmful
+
+
+def test_untrained_groups_stay_out_of_the_train_side(tmp_path: Path) -> None:
+    path = tmp_path / "cases.json"
+    path.write_text(json.dumps({
+        "labels": {"kept": "benign", "foreign": "harmful"}, "untrained": ["foreign"],
+        "train": {"kept": ["a harmless line"], "foreign": ["eine schädliche Zeile"]},
+        "held_out": {"kept": ["another harmless line"], "foreign": ["noch eine Zeile"]},
+    }), encoding="utf-8")
+    assert [t for t, _, _ in harm_cases(held_out=False, path=path)] == ["a harmless line"]
+    assert len(list(harm_cases(held_out=True, path=path))) == 2  # measured all the same
+    shipped = json.loads(HARM_CASES.read_text(encoding="utf-8"))
+    assert set(shipped["untrained"]) <= set(shipped["train"]) and shipped["_untrained_note"]

@@ -68,7 +68,7 @@ def _runner(full: Encoder, student: Encoder, heads: Path, escalate_at: float | N
             "jailbreak": JailbreakSignal(
                 "jailbreak", load_head(heads / "jailbreak" / LONG_HEADS).eval(), 0.5),
         })
-        long = LongPrompts(path, MIN_TOKENS, frozenset({"jailbreak"}), escalate_at)
+        long = LongPrompts(path, MIN_TOKENS, {"jailbreak": escalate_at})
     return SharedEncoderRunner(
         full, _signals(heads, 0.5), max_windows=4, chunk_size=8, long=long,
         on_long=lambda name, outcome: outcomes.append((name, outcome)),
