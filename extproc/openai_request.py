@@ -87,7 +87,10 @@ _REFERS_BACK = re.compile(
     r"|error|approach|version|method|solution|loop|query|proof|example)"
     r"|the\s+(?:same|above|code|function|script|query|solution|formula|equation|proof|error"
     r"|output|last one|other one)"
-    r"|instead|as well|what about|how about|what if|and if)\b",
+    r"|instead|as well|what about|how about|what if|and if)\b"
+    # a follow-up that opens with "and", "also", "plus" or an edit ("add validation that the
+    # title is not empty", "add type hints")
+    r"|\A\W*(?:and|also|plus|add)\b(?!\s+\d)",
     re.IGNORECASE,
 )
 _NEW_SUBJECT = re.compile(

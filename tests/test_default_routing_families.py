@@ -36,6 +36,21 @@ from tests.test_default_config import _lexical_decision
     ("helm values override for ingress tls secret", "code"),
     ("Deadlock found when trying to get lock; try restarting transaction", "code"),
     ("почему мой react компонент рендерится два раза", "code"),
+    # a second blind routing audit (15c)
+    ("pandas: how to group by two columns and get the mean of a third", "code"),
+    ("Excel: a formula that returns 'Overdue' if D2 is before today", "code"),
+    ("Escribe una expresión regular para validar correos electrónicos", "code"),
+    ("Ich habe eine CSV. Wie lese ich die mit pandas ein?", "code"),
+    ("A shop marks up goods by 40% and then offers a 25% discount. What's the profit "
+     "percentage?", "reasoning"),
+    ("Is it better to take 20% off and then 10% off, or 30% off once?", "reasoning"),
+    ("Q1 2.3M, Q2 2.8M, Q3 2.1M: which quarter had the largest percentage change?",
+     "reasoning"),
+    ("Knights always tell the truth, knaves always lie. A says B is a knave.", "reasoning"),
+    ("甲管单独注满需要6小时，乙管需要9小时，两管同时开需要多久？", "reasoning"),
+    ("Bir sayının 3 katının 7 fazlası 40 ise bu sayı kaçtır?", "reasoning"),
+    ("Un negozio applica uno sconto del 25% e poi del 10%. Qual è lo sconto totale?",
+     "reasoning"),
     # the same words in everyday requests
     ("how do i excel at my new job", "default"),
     ("what's the interest rate outlook for next year", "default"),
@@ -55,9 +70,14 @@ def test_calculation_and_tool_families_route_by_keyword(text: str, decision: str
     ("write a limerick about javascript", "default"),
     ("write a rap about kubernetes", "default"),
     ("write a poem about the number pi", "default"),
+    ("Write a short poem about a programmer debugging at 3am", "default"),
+    ("Escribe un poema sobre el mar y la nostalgia", "default"),
+    ("Schreib mir ein Gedicht über Python und Kaffee", "default"),
     # a program that writes them, or a problem beside the poem
     ("write a haiku generator in python", "code"),
     ("write a python function that tells a random joke", "code"),
+    ("write a poem generator in Python", "code"),
+    ("write me a story script in bash that prints a random tale", "code"),
     ("solve 2x+3=7 and then write a poem about it", "reasoning"),
 ])
 def test_creative_writing_about_code_or_numbers_stays_writing(text: str, decision: str) -> None:

@@ -132,6 +132,10 @@ def test_recent_user_reads_earlier_turns_only_for_a_short_last_turn(
     ("why does that happen even when I wrap the handler in a memo?", True),
     ("and what if I roll three dice instead of two, what changes", True),
     ("I don't get the step where you square both sides, explain that step", True),
+    ("add validation that the file name is not empty", True),
+    ("and I need them as datetime objects in the local timezone", True),
+    ("also, it should skip the header row and blank lines", True),
+    ("add 250 and 375 and tell me the total please, thanks", False),
     # a new subject, or nothing pointing back
     ("thanks! totally unrelated but what should I cook tonight with salmon", False),
     ("by the way, is it worth visiting Iceland in winter? how cold does it get", False),
