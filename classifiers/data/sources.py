@@ -7,11 +7,12 @@ sit at known paths. Versions are pinned so a rebuilt head sees the same data as 
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
 import zipfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -99,3 +100,17 @@ def hand_written_side(path: Path, held_out: bool) -> tuple[str, ...]:
     """One side of a hand-written JSON list file: `{"train": [...], "held_out": [...]}`."""
     data = json.loads(path.read_text(encoding="utf-8"))
     return tuple(data["held_out" if held_out else "train"])
+
+
+def build_main(
+    build: Callable[[Path, Path], dict[str, int]], name: str, doc: str,
+    argv: list[str] | None = None,
+) -> int:
+    """A data build's CLI: `--root` (default DEFAULT_ROOT), `--out` (default `<root>/<name>`);
+    prints the row counts as JSON."""
+    parser = argparse.ArgumentParser(description=doc.split("\n")[0])
+    parser.add_argument("--root", type=Path, default=DEFAULT_ROOT)
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args(argv)
+    print(json.dumps(build(args.root, args.out or args.root / name)))
+    return 0
